@@ -1,0 +1,1 @@
+"""ml_collections experiment configs: each file has `get_config(arg)`."""

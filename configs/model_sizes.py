@@ -1,0 +1,112 @@
+"""Model size presets: tiny CPU sizes and the shapes of Qwen2.5-Coder for pods.
+
+    from configs import model_sizes
+    model = model_sizes.get_config("tiny")
+
+The Qwen2.5-Coder shapes match the published `config.json`s, so
+`gagar_jax.models.hf_import.load` on those checkpoints yields the same config.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+_COMMON = dict(rope_scaling=None, dtype="float32", param_dtype="float32")
+
+PRESETS = {
+  # Unit tests: compiles in a second or two.
+  "nano": dict(
+    vocab_size=96,
+    embed_dim=32,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=8,
+    mlp_dim=64,
+    rope_theta=10_000.0,
+    norm_eps=1e-6,
+    qkv_bias=False,
+    tie_embeddings=True,
+    max_seq_len=512,
+  ),
+  # Laptop-CPU policy (about 0.9M parameters with a 512-token BPE).
+  "tiny": dict(
+    vocab_size=512,
+    embed_dim=128,
+    num_layers=4,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=32,
+    mlp_dim=384,
+    rope_theta=10_000.0,
+    norm_eps=1e-6,
+    qkv_bias=False,
+    tie_embeddings=True,
+    max_seq_len=1024,
+  ),
+  # A few minutes per experiment arm on 2 cores; benchmark size.
+  "small": dict(
+    vocab_size=1024,
+    embed_dim=256,
+    num_layers=6,
+    num_heads=8,
+    num_kv_heads=4,
+    head_dim=32,
+    mlp_dim=768,
+    rope_theta=10_000.0,
+    norm_eps=1e-6,
+    qkv_bias=False,
+    tie_embeddings=True,
+    max_seq_len=1024,
+  ),
+  "qwen2.5-coder-0.5b": dict(
+    vocab_size=151936,
+    embed_dim=896,
+    num_layers=24,
+    num_heads=14,
+    num_kv_heads=2,
+    head_dim=64,
+    mlp_dim=4864,
+    rope_theta=1_000_000.0,
+    norm_eps=1e-6,
+    qkv_bias=True,
+    tie_embeddings=True,
+    max_seq_len=32768,
+  ),
+  "qwen2.5-coder-1.5b": dict(
+    vocab_size=151936,
+    embed_dim=1536,
+    num_layers=28,
+    num_heads=12,
+    num_kv_heads=2,
+    head_dim=128,
+    mlp_dim=8960,
+    rope_theta=1_000_000.0,
+    norm_eps=1e-6,
+    qkv_bias=True,
+    tie_embeddings=True,
+    max_seq_len=32768,
+  ),
+  "qwen2.5-coder-7b": dict(
+    vocab_size=152064,
+    embed_dim=3584,
+    num_layers=28,
+    num_heads=28,
+    num_kv_heads=4,
+    head_dim=128,
+    mlp_dim=18944,
+    rope_theta=1_000_000.0,
+    norm_eps=1e-6,
+    qkv_bias=True,
+    tie_embeddings=False,
+    max_seq_len=32768,
+  ),
+}
+
+
+def get_config(arg: str | None = "tiny") -> ml_collections.ConfigDict:
+  """The model ConfigDict for preset `arg` (see PRESETS)."""
+  name = arg or "tiny"
+  if name not in PRESETS:
+    raise ValueError(f"model size {name!r}: unknown; presets are {sorted(PRESETS)}")
+  return ml_collections.ConfigDict({**_COMMON, **PRESETS[name]})

@@ -1,0 +1,386 @@
+"""Jitted, batched sampling with a KV cache, for single- and multi-turn use.
+
+Layout: each row of the batch owns a cache of `cache_size`
+slots; row `b` has `lengths[b]` real tokens in slots `[0, lengths[b])`. Every
+write (prompt prefill, a decoded token, an appended observation) scatters a
+padded chunk at the row's own offset and advances that row by its real count.
+So prompts of different lengths share one batch with no left padding, and a
+rotary position is simply the slot index.
+
+Multi-turn: a conversation continues by *extending the cache* (`append`):
+only the new observation tokens are run through the model, at each row's own
+offset. We chose this over re-prefilling the whole transcript because a turn
+then costs O(new tokens) instead of O(transcript), and because the per-row
+offsets that make mixed-length prompts work make appends to mixed-length
+conversations work for free. Re-prefilling stays available: `prefill` on a
+fresh state with the full transcript gives the same result (a test checks it).
+
+Log-probs: `logprobs[b, t]` is log p(token) under the distribution the token
+was drawn from before top-k / top-p truncation, i.e. `log_softmax(logits / T)`
+(`T = 1` for greedy). The learner recomputes the same quantity from logits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from gagar_jax.errors import ConfigError
+from gagar_jax.models import transformer
+
+# Why a row stopped generating.
+FINISH_LENGTH = 0  # max_new_tokens reached
+FINISH_EOS = 1
+FINISH_STOP = 2  # a stop sequence was emitted
+FINISH_CACHE_FULL = 3
+FINISH_NAMES = ("length", "eos", "stop", "cache_full")
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingParams:
+  """How to draw tokens. Hashable: it is a static argument of the jitted loop.
+
+  Attributes:
+    max_new_tokens: upper bound on tokens generated per row per call.
+    temperature: 0 means greedy (argmax); otherwise logits are divided by it.
+    top_k: keep the k most likely tokens (0 = off).
+    top_p: keep the smallest set of tokens whose probability reaches top_p (1 = off).
+    eos_id: stop a row when it emits this token (None = never).
+    stop_sequences: token-id sequences that stop a row once emitted (e.g. the
+      agent's end-of-action marker); the stop tokens are part of the output.
+  """
+
+  max_new_tokens: int
+  temperature: float = 1.0
+  top_k: int = 0
+  top_p: float = 1.0
+  eos_id: int | None = None
+  stop_sequences: tuple[tuple[int, ...], ...] = ()
+
+  def __post_init__(self):
+    if not isinstance(self.max_new_tokens, int) or self.max_new_tokens <= 0:
+      raise ConfigError(
+        "sampling.max_new_tokens", f"must be a positive int, got {self.max_new_tokens!r}"
+      )
+    if self.temperature < 0:
+      raise ConfigError("sampling.temperature", f"must be >= 0, got {self.temperature}")
+    if self.top_k < 0:
+      raise ConfigError("sampling.top_k", f"must be >= 0, got {self.top_k}")
+    if not 0 < self.top_p <= 1:
+      raise ConfigError("sampling.top_p", f"must be in (0, 1], got {self.top_p}")
+    stops = tuple(tuple(int(t) for t in s) for s in self.stop_sequences)
+    if any(len(s) == 0 for s in stops):
+      raise ConfigError("sampling.stop_sequences", "a stop sequence is empty")
+    object.__setattr__(self, "stop_sequences", stops)
+
+
+class SamplerState(NamedTuple):
+  """A batch of conversations on device.
+
+  Attributes:
+    cache: per-layer keys/values `[B, S, kv_heads, head_dim]`.
+    lengths: int32 `[B]`, real tokens held per row.
+    last_logits: float32 `[B, V]`, the next-token logits after each row's last token.
+  """
+
+  cache: transformer.KVCache
+  lengths: jax.Array
+  last_logits: jax.Array
+
+
+class SampleOutput(NamedTuple):
+  """What `generate` returns (arrays `[B, N]`, N = max_new_tokens).
+
+  Attributes:
+    tokens: int32 sampled tokens; `pad_id` after a row stopped.
+    logprobs: float32 log-probs of the sampled tokens (0 where masked).
+    mask: bool, True exactly at generated tokens (stop/EOS tokens included).
+    num_tokens: int32 `[B]`, generated tokens per row.
+    finish_reason: int32 `[B]`, one of the FINISH_* codes.
+  """
+
+  tokens: jax.Array
+  logprobs: jax.Array
+  mask: jax.Array
+  num_tokens: jax.Array
+  finish_reason: jax.Array
+
+
+def sample_logits(logits: jax.Array, key: jax.Array, params: SamplingParams):
+  """Draws one token per row from float32 `logits [B, V]`.
+
+  Returns:
+    tokens int32 `[B]` and their log-probs float32 `[B]` under `log_softmax(logits / T)`.
+  """
+  logits = logits.astype(jnp.float32)
+  if params.temperature == 0:
+    tokens = jnp.argmax(logits, axis=-1)
+    logp = jax.nn.log_softmax(logits, axis=-1)
+  else:
+    scaled = logits / params.temperature
+    logp = jax.nn.log_softmax(scaled, axis=-1)
+    filtered = scaled
+    neg_inf = jnp.finfo(jnp.float32).min
+    if params.top_k > 0 and params.top_k < logits.shape[-1]:
+      kth = jax.lax.top_k(scaled, params.top_k)[0][..., -1:]
+      filtered = jnp.where(scaled < kth, neg_inf, filtered)
+    if params.top_p < 1.0:
+      order = jnp.argsort(-filtered, axis=-1)
+      sorted_logits = jnp.take_along_axis(filtered, order, axis=-1)
+      probs = jax.nn.softmax(sorted_logits, axis=-1)
+      # Keep a token if the mass strictly before it is below top_p (the top one always).
+      before = jnp.cumsum(probs, axis=-1) - probs
+      keep_sorted = before < params.top_p
+      keep = (
+        jnp.zeros_like(keep_sorted)
+        .at[jnp.arange(keep_sorted.shape[0])[:, None], order]
+        .set(keep_sorted)
+      )
+      filtered = jnp.where(keep, filtered, neg_inf)
+    tokens = jax.random.categorical(key, filtered, axis=-1)
+  tokens = tokens.astype(jnp.int32)
+  token_logp = jnp.take_along_axis(logp, tokens[:, None], axis=-1)[:, 0]
+  return tokens, token_logp
+
+
+def _stop_table(stop_sequences):
+  """Right-aligned stop sequences `[S, L]` with -1 padding on the left."""
+  width = max((len(s) for s in stop_sequences), default=1)
+  table = np.full((max(len(stop_sequences), 1), width), -1, np.int32)
+  for i, s in enumerate(stop_sequences):
+    table[i, width - len(s) :] = s
+  return table
+
+
+def _forward_chunk(graphdef, params, state: SamplerState, tokens, counts):
+  """Writes `tokens [B, T]` (row b's first `counts[b]` real) at each row's offset."""
+  model = nnx.merge(graphdef, params)
+  hidden, cache = model.hidden(tokens, cache=state.cache, write_index=state.lengths)
+  last = jnp.clip(counts - 1, 0, tokens.shape[1] - 1)
+  last_hidden = jnp.take_along_axis(hidden, last[:, None, None], axis=1)[:, 0]
+  logits = model.logits(last_hidden)
+  # Rows that received nothing keep their previous logits.
+  logits = jnp.where((counts > 0)[:, None], logits, state.last_logits)
+  return SamplerState(cache, state.lengths + counts, logits)
+
+
+def _decode(graphdef, params, state: SamplerState, key, params_s: SamplingParams, pad_id: int):
+  """The jitted decode loop (lax.while_loop; stops early when every row is done)."""
+  b = state.lengths.shape[0]
+  n = params_s.max_new_tokens
+  cache_size = state.cache[0].k.shape[1]
+  stop_table = jnp.asarray(_stop_table(params_s.stop_sequences))
+  has_stop = len(params_s.stop_sequences) > 0
+  width = stop_table.shape[1]
+
+  def cond(carry):
+    step, _, _, _, _, _, done, _, _ = carry
+    return (step < n) & ~jnp.all(done)
+
+  def body(carry):
+    step, st, key, tokens, logps, window, done, reason, count = carry
+    key, sub = jax.random.split(key)
+    tok, lp = sample_logits(st.last_logits, sub, params_s)
+    alive = ~done
+    tok = jnp.where(alive, tok, pad_id)
+    lp = jnp.where(alive, lp, 0.0)
+    tokens = tokens.at[:, step].set(tok)
+    logps = logps.at[:, step].set(lp)
+    window = jnp.concatenate([window[:, 1:], tok[:, None]], axis=1)
+    new_reason = reason
+    if has_stop:
+      match = (stop_table[None] == window[:, None]) | (stop_table[None] < 0)
+      hit_stop = jnp.any(jnp.all(match, axis=-1), axis=-1) & alive
+      new_reason = jnp.where(hit_stop, FINISH_STOP, new_reason)
+    else:
+      hit_stop = jnp.zeros_like(done)
+    if params_s.eos_id is not None:
+      hit_eos = alive & (tok == params_s.eos_id)
+    else:
+      hit_eos = jnp.zeros_like(done)
+    new_reason = jnp.where(hit_eos, FINISH_EOS, new_reason)
+    # The sampled token enters the cache (so the conversation can continue after it).
+    st = _forward_chunk(graphdef, params, st, tok[:, None], alive.astype(jnp.int32))
+    full = alive & (st.lengths >= cache_size)
+    new_reason = jnp.where(full & ~hit_eos & ~hit_stop, FINISH_CACHE_FULL, new_reason)
+    done = done | hit_eos | hit_stop | full
+    count = count + alive.astype(jnp.int32)
+    return step + 1, st, key, tokens, logps, window, done, new_reason, count
+
+  tokens = jnp.full((b, n), pad_id, jnp.int32)
+  logps = jnp.zeros((b, n), jnp.float32)
+  window = jnp.full((b, width), -2, jnp.int32)
+  done = state.lengths >= cache_size
+  reason = jnp.where(done, FINISH_CACHE_FULL, FINISH_LENGTH).astype(jnp.int32)
+  count = jnp.zeros((b,), jnp.int32)
+  carry = (jnp.int32(0), state, key, tokens, logps, window, done, reason, count)
+  _, state, _, tokens, logps, _, _, reason, count = jax.lax.while_loop(cond, body, carry)
+  # Rows generate at consecutive steps from step 0 until they stop.
+  mask = jnp.arange(n)[None, :] < count[:, None]
+  return state, SampleOutput(tokens, logps, mask, count, reason)
+
+
+class Sampler:
+  """Batched KV-cache sampling for one model architecture.
+
+  Usage:
+    graphdef, params = nnx.split(model)
+    sampler = Sampler(model.config, graphdef, cache_size=1024, pad_id=tok.pad_id)
+    state = sampler.prefill(params, prompts)          # list of token lists
+    state, out = sampler.generate(params, state, key, SamplingParams(64))
+    state = sampler.append(params, state, observations) # next turn
+    state, out = sampler.generate(params, state, key2, SamplingParams(64))
+
+  Compiles once per (batch, chunk bucket, sampling params); chunks are padded to
+  a power of two (at least `min_bucket`) to bound the number of compilations.
+  """
+
+  def __init__(
+    self,
+    config: transformer.ModelConfig,
+    graphdef: nnx.GraphDef,
+    *,
+    cache_size: int,
+    pad_id: int = 0,
+    min_bucket: int = 16,
+  ):
+    if cache_size <= 0:
+      raise ConfigError("sampler.cache_size", f"must be positive, got {cache_size}")
+    self.graphdef = graphdef
+    self.cache_size = int(cache_size)
+    self.pad_id = int(pad_id)
+    self.min_bucket = min_bucket
+    self._config = config
+    self._chunk = jax.jit(functools.partial(_forward_chunk, graphdef), donate_argnums=(1,))
+    self._decode = jax.jit(
+      functools.partial(_decode, graphdef), static_argnums=(3, 4), donate_argnums=(1,)
+    )
+
+  def init_state(self, batch: int) -> SamplerState:
+    cache = transformer.init_cache(self._config, batch, self.cache_size)
+    return SamplerState(
+      cache,
+      jnp.zeros((batch,), jnp.int32),
+      jnp.zeros((batch, self._config.vocab_size), jnp.float32),
+    )
+
+  def _pad(self, seqs: Sequence[Sequence[int]]):
+    longest = max((len(s) for s in seqs), default=0)
+    width = self.min_bucket
+    while width < longest:
+      width *= 2
+    tokens = np.full((len(seqs), width), self.pad_id, np.int32)
+    for i, s in enumerate(seqs):
+      tokens[i, : len(s)] = s
+    return jnp.asarray(tokens), jnp.asarray([len(s) for s in seqs], jnp.int32)
+
+  def append(self, params, state: SamplerState, seqs: Sequence[Sequence[int]]) -> SamplerState:
+    """Runs each row's new tokens (possibly none) through the model into the cache.
+
+    The input `state` is donated; use the returned one.
+    """
+    if len(seqs) != state.lengths.shape[0]:
+      raise ValueError(f"got {len(seqs)} sequences for a batch of {state.lengths.shape[0]}")
+    room = self.cache_size - np.asarray(state.lengths)
+    for i, s in enumerate(seqs):
+      if len(s) > room[i]:
+        raise ValueError(
+          f"row {i}: {len(s)} new tokens exceed the {room[i]} free cache slots "
+          f"(cache_size={self.cache_size})"
+        )
+    tokens, counts = self._pad(seqs)
+    return self._chunk(params, state, tokens, counts)
+
+  def prefill(self, params, prompts: Sequence[Sequence[int]]) -> SamplerState:
+    """A new batch of conversations holding `prompts` (each non-empty)."""
+    if any(len(p) == 0 for p in prompts):
+      raise ValueError("every prompt needs at least one token")
+    return self.append(params, self.init_state(len(prompts)), prompts)
+
+  def generate(
+    self, params, state: SamplerState, key: jax.Array, sampling: SamplingParams
+  ) -> tuple[SamplerState, SampleOutput]:
+    """Samples up to `sampling.max_new_tokens` per row; the state is donated."""
+    return self._decode(params, state, key, sampling, self.pad_id)
+
+
+def _naive_decode(graphdef, params, tokens, lengths, key, params_s: SamplingParams, pad_id: int):
+  """Re-runs the whole sequence every step (no cache); same sampling as `_decode`."""
+  model = nnx.merge(graphdef, params)
+  b, width = tokens.shape
+  n = params_s.max_new_tokens
+  stop_table = jnp.asarray(_stop_table(params_s.stop_sequences))
+  rows = jnp.arange(b)
+
+  def body(step, carry):
+    tokens, lengths, key, out, logps, done, count = carry
+    key, sub = jax.random.split(key)
+    logits = model(tokens)[rows, lengths - 1]
+    tok, lp = sample_logits(logits, sub, params_s)
+    alive = ~done
+    tok = jnp.where(alive, tok, pad_id)
+    out = out.at[:, step].set(tok)
+    logps = logps.at[:, step].set(jnp.where(alive, lp, 0.0))
+    tokens = tokens.at[rows, lengths].set(tok, mode="drop")
+    lengths = lengths + alive
+    count = count + alive
+    window = jnp.take_along_axis(
+      out,
+      jnp.clip(step - stop_table.shape[1] + 1 + jnp.arange(stop_table.shape[1]), 0)[None].repeat(
+        b, 0
+      ),
+      axis=1,
+    )
+    valid = (step - stop_table.shape[1] + 1 + jnp.arange(stop_table.shape[1])) >= 0
+    window = jnp.where(valid[None], window, -2)
+    hit = jnp.zeros_like(done)
+    if params_s.stop_sequences:
+      match = (stop_table[None] == window[:, None]) | (stop_table[None] < 0)
+      hit = jnp.any(jnp.all(match, axis=-1), axis=-1)
+    if params_s.eos_id is not None:
+      hit = hit | (tok == params_s.eos_id)
+    done = done | (alive & hit) | (lengths >= width)
+    return tokens, lengths, key, out, logps, done, count
+
+  out = jnp.full((b, n), pad_id, jnp.int32)
+  logps = jnp.zeros((b, n), jnp.float32)
+  zeros = jnp.zeros((b,), jnp.int32)
+  carry = (tokens, lengths, key, out, logps, zeros.astype(bool), zeros)
+  _, _, _, out, logps, _, count = jax.lax.fori_loop(0, n, body, carry)
+  mask = jnp.arange(n)[None, :] < count[:, None]
+  return out, logps, mask
+
+
+def generate_without_cache(
+  graphdef,
+  params,
+  prompts: Sequence[Sequence[int]],
+  key: jax.Array,
+  sampling: SamplingParams,
+  *,
+  pad_id: int = 0,
+):
+  """Reference decoding that re-runs the full sequence for every new token.
+
+  Quadratic in length and only for checks and benchmarks: greedy output must
+  equal `Sampler.generate` token for token. Returns (tokens, logprobs, mask), `[B, N]`.
+  """
+  width = max(len(p) for p in prompts) + sampling.max_new_tokens
+  tokens = np.full((len(prompts), width), pad_id, np.int32)
+  for i, p in enumerate(prompts):
+    tokens[i, : len(p)] = p
+  lengths = jnp.asarray([len(p) for p in prompts], jnp.int32)
+  fn = _naive_jit(graphdef)
+  return fn(params, jnp.asarray(tokens), lengths, key, sampling, pad_id)
+
+
+@functools.lru_cache(maxsize=8)
+def _naive_jit(graphdef):
+  return jax.jit(functools.partial(_naive_decode, graphdef), static_argnums=(4, 5))

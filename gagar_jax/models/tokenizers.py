@@ -1,0 +1,204 @@
+"""Tokenizers: a file-free byte tokenizer, a Hugging Face `tokenizers` adapter, BPE training.
+
+All share one small interface (`Tokenizer`): `encode`, `decode`, `vocab_size`,
+`pad_id`, `eos_id`, `token_id(special)` and `chat(messages)`, which renders a
+conversation in ChatML (`<|im_start|>role\\ncontent<|im_end|>\\n`, what Qwen2
+uses) or Llama-3's header format when the vocabulary has those tokens.
+Special tokens written literally in the text are encoded as single ids.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Sequence
+from typing import Protocol
+
+import tokenizers as hf
+
+PAD = "<|pad|>"
+EOS = "<|endoftext|>"
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+DEFAULT_SPECIALS = (PAD, EOS, IM_START, IM_END)
+
+
+class Tokenizer(Protocol):
+  vocab_size: int
+  pad_id: int
+  eos_id: int
+
+  def encode(self, text: str) -> list[int]: ...
+
+  def decode(self, ids: Sequence[int]) -> str: ...
+
+  def token_id(self, token: str) -> int: ...
+
+  def chat(self, messages: Sequence[dict], add_generation_prompt: bool = True) -> list[int]: ...
+
+
+def _render_chat(tok: Tokenizer, messages, add_generation_prompt: bool) -> list[int]:
+  specials = getattr(tok, "special_tokens", {})
+  if "<|start_header_id|>" in specials:
+    text = "".join(
+      f"<|start_header_id|>{m['role']}<|end_header_id|>\n\n{m['content']}<|eot_id|>"
+      for m in messages
+    )
+    if add_generation_prompt:
+      text += "<|start_header_id|>assistant<|end_header_id|>\n\n"
+  else:
+    text = "".join(f"{IM_START}{m['role']}\n{m['content']}{IM_END}\n" for m in messages)
+    if add_generation_prompt:
+      text += f"{IM_START}assistant\n"
+  return tok.encode(text)
+
+
+class ByteTokenizer:
+  """UTF-8 bytes are ids 0..255; special tokens follow. Needs no files."""
+
+  def __init__(self, special_tokens: Sequence[str] = DEFAULT_SPECIALS):
+    if len(set(special_tokens)) != len(special_tokens):
+      raise ValueError(f"duplicate special tokens: {list(special_tokens)}")
+    self.special_tokens = {t: 256 + i for i, t in enumerate(special_tokens)}
+    self._id_to_special = {i: t for t, i in self.special_tokens.items()}
+    self.vocab_size = 256 + len(special_tokens)
+    self.pad_id = self.special_tokens.get(PAD, 0)
+    self.eos_id = self.special_tokens.get(EOS, self.pad_id)
+    names = sorted(self.special_tokens, key=len, reverse=True)
+    self._split = re.compile("(" + "|".join(re.escape(t) for t in names) + ")") if names else None
+
+  def encode(self, text: str) -> list[int]:
+    parts = self._split.split(text) if self._split else [text]
+    ids: list[int] = []
+    for part in parts:
+      if part in self.special_tokens:
+        ids.append(self.special_tokens[part])
+      else:
+        ids.extend(part.encode("utf-8"))
+    return ids
+
+  def decode(self, ids: Sequence[int]) -> str:
+    out, buf = [], bytearray()
+    for i in ids:
+      i = int(i)
+      if i < 256:
+        buf.append(i)
+        continue
+      out.append(buf.decode("utf-8", errors="replace"))
+      buf = bytearray()
+      out.append(self._id_to_special.get(i, ""))
+    out.append(buf.decode("utf-8", errors="replace"))
+    return "".join(out)
+
+  def token_id(self, token: str) -> int:
+    if token not in self.special_tokens:
+      raise KeyError(f"{token!r} is not a special token of this tokenizer")
+    return self.special_tokens[token]
+
+  def chat(self, messages, add_generation_prompt: bool = True) -> list[int]:
+    return _render_chat(self, messages, add_generation_prompt)
+
+
+class HFTokenizer:
+  """Adapter over a Hugging Face `tokenizers.Tokenizer` (a `tokenizer.json`)."""
+
+  def __init__(
+    self, tokenizer: hf.Tokenizer, *, eos_token: str | None = None, pad_token: str | None = None
+  ):
+    self._tok = tokenizer
+    self.special_tokens = {
+      t.content: i for i, t in tokenizer.get_added_tokens_decoder().items() if t.special
+    }
+    self.vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
+    eos_token = eos_token or next(
+      (
+        t
+        for t in (IM_END, EOS, "<|eot_id|>", "<|end_of_text|>", "</s>")
+        if t in self.special_tokens
+      ),
+      None,
+    )
+    if eos_token is None:
+      raise ValueError("no EOS token: pass eos_token= (the tokenizer has no known end token)")
+    self.eos_id = self.token_id(eos_token)
+    pad_token = pad_token or next((t for t in (PAD, EOS) if t in self.special_tokens), eos_token)
+    self.pad_id = self.token_id(pad_token)
+
+  @classmethod
+  def from_file(cls, path: str) -> HFTokenizer:
+    """Loads `tokenizer.json` (a file, or a model folder holding it).
+
+    Reads `eos_token` / `pad_token` from a `tokenizer_config.json` beside it when present.
+    """
+    folder = path if os.path.isdir(path) else os.path.dirname(path)
+    file = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
+    if not os.path.exists(file):
+      raise FileNotFoundError(f"no tokenizer.json at {file}")
+    kwargs = {}
+    config_file = os.path.join(folder, "tokenizer_config.json")
+    if os.path.exists(config_file):
+      with open(config_file) as f:
+        config = json.load(f)
+      for key in ("eos_token", "pad_token"):
+        value = config.get(key)
+        if isinstance(value, dict):
+          value = value.get("content")
+        if value:
+          kwargs[key] = value
+    return cls(hf.Tokenizer.from_file(file), **kwargs)
+
+  def encode(self, text: str) -> list[int]:
+    return self._tok.encode(text, add_special_tokens=False).ids
+
+  def decode(self, ids: Sequence[int]) -> str:
+    return self._tok.decode([int(i) for i in ids], skip_special_tokens=False)
+
+  def token_id(self, token: str) -> int:
+    i = self._tok.token_to_id(token)
+    if i is None:
+      raise KeyError(f"{token!r} is not in the vocabulary")
+    return i
+
+  def chat(self, messages, add_generation_prompt: bool = True) -> list[int]:
+    return _render_chat(self, messages, add_generation_prompt)
+
+  def save(self, path: str) -> None:
+    """Writes `tokenizer.json` (and `tokenizer_config.json`) into folder `path`."""
+    os.makedirs(path, exist_ok=True)
+    self._tok.save(os.path.join(path, "tokenizer.json"))
+    inv = {i: t for t, i in self.special_tokens.items()}
+    with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
+      json.dump({"eos_token": inv.get(self.eos_id), "pad_token": inv.get(self.pad_id)}, f)
+
+
+def train_bpe(
+  texts: Iterable[str],
+  vocab_size: int,
+  special_tokens: Sequence[str] = DEFAULT_SPECIALS,
+  *,
+  min_frequency: int = 2,
+  eos_token: str = EOS,
+) -> HFTokenizer:
+  """Trains a byte-level BPE on `texts` (every byte stays encodable).
+
+  Special tokens get the first ids, in order. Deterministic for the same texts.
+  """
+  if vocab_size < 256 + len(special_tokens):
+    raise ValueError(
+      f"vocab_size={vocab_size} is below the 256 byte tokens plus "
+      f"{len(special_tokens)} special tokens"
+    )
+  tok = hf.Tokenizer(hf.models.BPE())
+  tok.pre_tokenizer = hf.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+  tok.decoder = hf.decoders.ByteLevel()
+  trainer = hf.trainers.BpeTrainer(
+    vocab_size=vocab_size,
+    min_frequency=min_frequency,
+    special_tokens=list(special_tokens),
+    initial_alphabet=hf.pre_tokenizers.ByteLevel.alphabet(),
+    show_progress=False,
+  )
+  tok.train_from_iterator(texts, trainer=trainer)
+  pad = PAD if PAD in special_tokens else eos_token
+  return HFTokenizer(tok, eos_token=eos_token, pad_token=pad)

@@ -1,0 +1,387 @@
+"""Decoder-only language model of the Llama / Qwen2 family in `flax.nnx`.
+
+RMSNorm, rotary position embeddings (optionally with Llama-3 frequency scaling),
+grouped-query attention, SwiGLU MLP, optional QKV bias (Qwen2), tied or untied
+embeddings, float32 or bfloat16 compute.
+
+Every parameter carries `logical_axes` metadata (names from `LOGICAL_AXES`);
+`gagar_jax.sharding` maps them onto mesh axes with rules from the config.
+
+The same `__call__` serves training (no cache: causal attention within the
+sequence) and sampling (a `KVCache` written at per-row offsets, see
+`gagar_jax.models.sampler`). Sequences are right-padded: a row's real tokens
+come first, so causal masking alone keeps padding out of every real token's
+attention.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from gagar_jax.errors import ConfigError
+
+# Logical axis names parameters are annotated with.
+LOGICAL_AXES = ("vocab", "embed", "heads", "kv_heads", "head_dim", "mlp", "norm")
+
+_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """Shape and numerics of the decoder. Field names follow the design card."""
+
+  vocab_size: int
+  embed_dim: int
+  num_layers: int
+  num_heads: int
+  num_kv_heads: int
+  head_dim: int
+  mlp_dim: int
+  rope_theta: float = 10_000.0
+  # None, or a Llama-3 scaling dict: factor, low_freq_factor, high_freq_factor,
+  # original_max_position_embeddings.
+  rope_scaling: tuple[tuple[str, float], ...] | None = None
+  norm_eps: float = 1e-6
+  qkv_bias: bool = False
+  tie_embeddings: bool = True
+  dtype: str = "float32"
+  param_dtype: str = "float32"
+  max_seq_len: int = 4096
+
+  def __post_init__(self):
+    self.validate()
+
+  @classmethod
+  def from_dict(cls, d: Mapping[str, Any], prefix: str = "model") -> ModelConfig:
+    """Builds a config from a mapping (e.g. an `ml_collections.ConfigDict`)."""
+    d = dict(d)
+    known = {f.name for f in dataclasses.fields(cls)}
+    for key in d:
+      if key not in known:
+        raise ConfigError(f"{prefix}.{key}", f"unknown field; known: {sorted(known)}")
+    for f in dataclasses.fields(cls):
+      if f.default is dataclasses.MISSING and f.name not in d:
+        raise ConfigError(f"{prefix}.{f.name}", "required field is missing")
+    if d.get("rope_scaling") is not None:
+      d["rope_scaling"] = tuple(sorted(dict(d["rope_scaling"]).items()))
+    try:
+      return cls(**d)
+    except ConfigError as e:
+      raise ConfigError(f"{prefix}.{e.field}", str(e).split(": ", 1)[1]) from None
+
+  def validate(self) -> None:
+    for name in (
+      "vocab_size",
+      "embed_dim",
+      "num_layers",
+      "num_heads",
+      "num_kv_heads",
+      "head_dim",
+      "mlp_dim",
+      "max_seq_len",
+    ):
+      value = getattr(self, name)
+      if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ConfigError(name, f"must be a positive int, got {value!r}")
+    if self.num_heads % self.num_kv_heads:
+      raise ConfigError(
+        "num_kv_heads",
+        f"{self.num_kv_heads} does not divide num_heads={self.num_heads} "
+        "(grouped-query attention shares each kv head among a whole number of heads)",
+      )
+    if self.head_dim % 2:
+      raise ConfigError("head_dim", f"must be even for rotary embeddings, got {self.head_dim}")
+    for name in ("dtype", "param_dtype"):
+      if getattr(self, name) not in _DTYPES:
+        raise ConfigError(name, f"must be one of {sorted(_DTYPES)}, got {getattr(self, name)!r}")
+    if not self.rope_theta > 0:
+      raise ConfigError("rope_theta", f"must be > 0, got {self.rope_theta}")
+    if not self.norm_eps > 0:
+      raise ConfigError("norm_eps", f"must be > 0, got {self.norm_eps}")
+    if self.rope_scaling is not None:
+      need = {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}
+      got = set(dict(self.rope_scaling))
+      if got != need:
+        raise ConfigError(
+          "rope_scaling", f"Llama-3 scaling needs keys {sorted(need)}, got {sorted(got)}"
+        )
+
+  @property
+  def compute_dtype(self):
+    return _DTYPES[self.dtype]
+
+  @property
+  def weight_dtype(self):
+    return _DTYPES[self.param_dtype]
+
+  def num_params(self) -> int:
+    d, h, k, hd, f, v = (
+      self.embed_dim,
+      self.num_heads,
+      self.num_kv_heads,
+      self.head_dim,
+      self.mlp_dim,
+      self.vocab_size,
+    )
+    attn = d * hd * (h + 2 * k) + h * hd * d + (hd * (h + 2 * k) if self.qkv_bias else 0)
+    layer = attn + 3 * d * f + 2 * d
+    return v * d * (1 if self.tie_embeddings else 2) + self.num_layers * layer + d
+
+  def flops_per_token(self, seq_len: int) -> float:
+    """Forward FLOPs per token: 2 * matmul params + attention scores (causal)."""
+    d, h, k, hd, f = self.embed_dim, self.num_heads, self.num_kv_heads, self.head_dim, self.mlp_dim
+    matmul = self.num_layers * (d * hd * (h + 2 * k) + h * hd * d + 3 * d * f) + d * self.vocab_size
+    attn = self.num_layers * 2 * h * hd * seq_len  # QK^T and AV, averaged over causal positions
+    return 2.0 * matmul + attn
+
+
+class LayerCache(NamedTuple):
+  """Keys and values of one layer, `[B, S, kv_heads, head_dim]` each."""
+
+  k: jax.Array
+  v: jax.Array
+
+
+# One `LayerCache` per layer.
+KVCache = tuple[LayerCache, ...]
+
+
+def init_cache(config: ModelConfig, batch: int, size: int) -> KVCache:
+  """An empty cache with room for `size` tokens per row."""
+  shape = (batch, size, config.num_kv_heads, config.head_dim)
+  # Distinct buffers per layer and per k/v, so the cache can be donated.
+  return tuple(
+    LayerCache(jnp.zeros(shape, config.compute_dtype), jnp.zeros(shape, config.compute_dtype))
+    for _ in range(config.num_layers)
+  )
+
+
+def _param(rngs: nnx.Rngs, shape, axes, dtype, init="normal") -> nnx.Param:
+  if init == "normal":
+    value = 0.02 * jax.random.normal(rngs.params(), shape, jnp.float32)
+  elif init == "ones":
+    value = jnp.ones(shape, jnp.float32)
+  else:
+    value = jnp.zeros(shape, jnp.float32)
+  return nnx.Param(value.astype(dtype), logical_axes=axes)
+
+
+class RMSNorm(nnx.Module):
+  """y = x / sqrt(mean(x^2) + eps) * scale, computed in float32 (as Llama/Qwen2)."""
+
+  def __init__(self, dim: int, eps: float, param_dtype, *, rngs: nnx.Rngs):
+    self.scale = _param(rngs, (dim,), ("norm",), param_dtype, init="ones")
+    self.eps = eps
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    dtype = x.dtype
+    x = x.astype(jnp.float32)
+    x = x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + self.eps)
+    return (x * self.scale[...].astype(jnp.float32)).astype(dtype)
+
+
+def rope_inv_freq(config: ModelConfig) -> jax.Array:
+  """Rotary inverse frequencies `[head_dim // 2]`, Llama-3 scaled if configured."""
+  dim = config.head_dim
+  inv_freq = 1.0 / (config.rope_theta ** (jnp.arange(0, dim, 2, dtype=jnp.float32) / dim))
+  if config.rope_scaling is None:
+    return inv_freq
+  s = dict(config.rope_scaling)
+  factor, low, high = s["factor"], s["low_freq_factor"], s["high_freq_factor"]
+  old_len = s["original_max_position_embeddings"]
+  wavelen = 2 * math.pi / inv_freq
+  scaled = jnp.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
+  smooth = (old_len / wavelen - low) / (high - low)
+  smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+  medium = (wavelen >= old_len / high) & (wavelen <= old_len / low)
+  return jnp.where(medium, smoothed, scaled)
+
+
+def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: jax.Array) -> jax.Array:
+  """Rotates `x [B, T, N, D]` by `positions [B, T]` (half-split layout, as HF Llama)."""
+  angles = positions[..., None].astype(jnp.float32) * inv_freq  # [B, T, D/2]
+  cos = jnp.cos(angles)[:, :, None, :]
+  sin = jnp.sin(angles)[:, :, None, :]
+  x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
+  out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+  return out.astype(x.dtype)
+
+
+class Attention(nnx.Module):
+  """Grouped-query self-attention with an optional KV cache."""
+
+  def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+    c, pd = config, config.weight_dtype
+    self.config = c
+    self.q_proj = _param(
+      rngs, (c.embed_dim, c.num_heads, c.head_dim), ("embed", "heads", "head_dim"), pd
+    )
+    self.k_proj = _param(
+      rngs, (c.embed_dim, c.num_kv_heads, c.head_dim), ("embed", "kv_heads", "head_dim"), pd
+    )
+    self.v_proj = _param(
+      rngs, (c.embed_dim, c.num_kv_heads, c.head_dim), ("embed", "kv_heads", "head_dim"), pd
+    )
+    self.o_proj = _param(
+      rngs, (c.num_heads, c.head_dim, c.embed_dim), ("heads", "head_dim", "embed"), pd
+    )
+    if c.qkv_bias:
+      self.q_bias = _param(rngs, (c.num_heads, c.head_dim), ("heads", "head_dim"), pd, "zeros")
+      self.k_bias = _param(
+        rngs, (c.num_kv_heads, c.head_dim), ("kv_heads", "head_dim"), pd, "zeros"
+      )
+      self.v_bias = _param(
+        rngs, (c.num_kv_heads, c.head_dim), ("kv_heads", "head_dim"), pd, "zeros"
+      )
+
+  def _project(self, x, kernel, bias_name):
+    dt = self.config.compute_dtype
+    y = jnp.einsum("btd,dnh->btnh", x, kernel[...].astype(dt))
+    if self.config.qkv_bias:
+      y = y + getattr(self, bias_name)[...].astype(dt)
+    return y
+
+  def __call__(self, x, positions, inv_freq, cache: LayerCache | None, write_index):
+    """x `[B, T, D]`; positions `[B, T]`; write_index `[B]` (cache slot of token 0)."""
+    c = self.config
+    b, t, _ = x.shape
+    q = apply_rope(self._project(x, self.q_proj, "q_bias"), positions, inv_freq)
+    k = apply_rope(self._project(x, self.k_proj, "k_bias"), positions, inv_freq)
+    v = self._project(x, self.v_proj, "v_bias")
+    if cache is None:
+      keys, values = k, v
+      # Causal within the chunk: key slot s is visible to query slot t iff s <= t.
+      mask = jnp.tril(jnp.ones((t, t), bool))[None]
+      new_cache = None
+    else:
+      # Scatter this chunk into each row's slots write_index + [0, T); slots past the
+      # cache end are dropped (never clamped, which would overwrite real tokens).
+      slots = write_index[:, None] + jnp.arange(t)[None, :]
+      rows = jnp.arange(b)[:, None]
+      keys = cache.k.at[rows, slots].set(k.astype(cache.k.dtype), mode="drop")
+      values = cache.v.at[rows, slots].set(v.astype(cache.v.dtype), mode="drop")
+      new_cache = LayerCache(keys, values)
+      # Every slot below a query's own position holds a real token of that row.
+      mask = jnp.arange(keys.shape[1])[None, None, :] <= slots[:, :, None]  # [B, T, S]
+    groups = c.num_heads // c.num_kv_heads
+    q = q.reshape(b, t, c.num_kv_heads, groups, c.head_dim)
+    scores = jnp.einsum("btkgh,bskh->bkgts", q, keys.astype(q.dtype)).astype(jnp.float32)
+    scores = scores / math.sqrt(c.head_dim)
+    scores = jnp.where(mask[:, None, None], scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1).astype(c.compute_dtype)
+    out = jnp.einsum("bkgts,bskh->btkgh", probs, values.astype(c.compute_dtype))
+    out = out.reshape(b, t, c.num_heads, c.head_dim)
+    return jnp.einsum("btnh,nhd->btd", out, self.o_proj[...].astype(c.compute_dtype)), new_cache
+
+
+class MLP(nnx.Module):
+  """SwiGLU: down(silu(gate(x)) * up(x))."""
+
+  def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+    c, pd = config, config.weight_dtype
+    self.dtype = c.compute_dtype
+    self.gate_proj = _param(rngs, (c.embed_dim, c.mlp_dim), ("embed", "mlp"), pd)
+    self.up_proj = _param(rngs, (c.embed_dim, c.mlp_dim), ("embed", "mlp"), pd)
+    self.down_proj = _param(rngs, (c.mlp_dim, c.embed_dim), ("mlp", "embed"), pd)
+
+  def __call__(self, x):
+    dt = self.dtype
+    gate = x @ self.gate_proj[...].astype(dt)
+    up = x @ self.up_proj[...].astype(dt)
+    return (jax.nn.silu(gate) * up) @ self.down_proj[...].astype(dt)
+
+
+class Block(nnx.Module):
+  """Pre-norm residual block: attention then MLP."""
+
+  def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+    pd = config.weight_dtype
+    self.input_norm = RMSNorm(config.embed_dim, config.norm_eps, pd, rngs=rngs)
+    self.attn = Attention(config, rngs=rngs)
+    self.post_attn_norm = RMSNorm(config.embed_dim, config.norm_eps, pd, rngs=rngs)
+    self.mlp = MLP(config, rngs=rngs)
+
+  def __call__(self, x, positions, inv_freq, cache, write_index):
+    h, cache = self.attn(self.input_norm(x), positions, inv_freq, cache, write_index)
+    x = x + h
+    x = x + self.mlp(self.post_attn_norm(x))
+    return x, cache
+
+
+class Transformer(nnx.Module):
+  """The policy (and grader) language model."""
+
+  def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+    c = config
+    self.config = c
+    self.embed = _param(rngs, (c.vocab_size, c.embed_dim), ("vocab", "embed"), c.weight_dtype)
+    self.layers = nnx.List([Block(c, rngs=rngs) for _ in range(c.num_layers)])
+    self.final_norm = RMSNorm(c.embed_dim, c.norm_eps, c.weight_dtype, rngs=rngs)
+    if not c.tie_embeddings:
+      self.lm_head = _param(rngs, (c.embed_dim, c.vocab_size), ("embed", "vocab"), c.weight_dtype)
+
+  def hidden(
+    self,
+    tokens: jax.Array,
+    positions: jax.Array | None = None,
+    cache: KVCache | None = None,
+    write_index: jax.Array | None = None,
+  ):
+    """Final-norm hidden states `[B, T, D]` and the updated cache (or None).
+
+    Args:
+      tokens: int32 `[B, T]`.
+      positions: int32 `[B, T]` rotary positions; defaults to `arange(T)`, or to
+        `write_index + arange(T)` when a cache is given.
+      cache: a `KVCache` to attend over and write into, or None (plain causal).
+      write_index: int32 `[B]`, the cache slot of each row's first token.
+    """
+    b, t = tokens.shape
+    if cache is not None and write_index is None:
+      raise ValueError("write_index is required with a cache")
+    if positions is None:
+      base = write_index[:, None] if cache is not None else jnp.zeros((b, 1), jnp.int32)
+      positions = base + jnp.arange(t, dtype=jnp.int32)[None, :]
+    inv_freq = rope_inv_freq(self.config)
+    x = jnp.take(self.embed[...], tokens, axis=0).astype(self.config.compute_dtype)
+    new_cache = []
+    for i, layer in enumerate(self.layers):
+      x, layer_cache = layer(
+        x, positions, inv_freq, None if cache is None else cache[i], write_index
+      )
+      new_cache.append(layer_cache)
+    x = self.final_norm(x)
+    return x, (tuple(new_cache) if cache is not None else None)
+
+  def logits(self, hidden: jax.Array) -> jax.Array:
+    """float32 logits `[..., V]` from hidden states `[..., D]`."""
+    dt = self.config.compute_dtype
+    if self.config.tie_embeddings:
+      head = self.embed[...].astype(dt).T
+    else:
+      head = self.lm_head[...].astype(dt)
+    return (hidden.astype(dt) @ head).astype(jnp.float32)
+
+  def __call__(
+    self,
+    tokens: jax.Array,
+    positions: jax.Array | None = None,
+    cache: KVCache | None = None,
+    write_index: jax.Array | None = None,
+  ):
+    """Logits `[B, T, V]` (float32); with a cache, returns `(logits, new_cache)`."""
+    hidden, new_cache = self.hidden(tokens, positions, cache, write_index)
+    logits = self.logits(hidden)
+    return logits if cache is None else (logits, new_cache)
+
+
+def create(config: ModelConfig, seed: int = 0) -> Transformer:
+  """A freshly initialised model on the default device."""
+  return Transformer(config, rngs=nnx.Rngs(seed))
