@@ -1,0 +1,150 @@
+"""Benchmarks: sampler (KV cache vs re-forward), forward+backward throughput, MFU.
+
+    python experiments/bench.py                      # tiny model, CPU-friendly
+    python experiments/bench.py --size=small --batch=16 --gen_len=256
+
+Every figure is the median of `--repeats` timed runs after a compile/warm-up
+run, measured in this process. MFU divides the model FLOP rate of the
+forward+backward step by the peak matmul FLOP rate measured here on the same
+device(s) (an `n x n` float32 matmul), so the ratio is meaningful on a noisy
+shared machine even when absolute numbers move.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags
+from flax import nnx
+
+from configs import model_sizes
+from gagar_jax.models import sampler as sampler_lib
+from gagar_jax.models import transformer
+
+_SIZE = flags.DEFINE_string("size", "tiny", "Model preset from configs/model_sizes.py.")
+_DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Compute dtype.")
+_BATCH = flags.DEFINE_integer("batch", 8, "Sequences per sampler batch.")
+_PROMPT = flags.DEFINE_integer("prompt_len", 64, "Prompt tokens per sequence.")
+_GEN = flags.DEFINE_integer("gen_len", 128, "Tokens generated per sequence.")
+_TRAIN_BATCH = flags.DEFINE_integer("train_batch", 8, "Sequences per training step.")
+_TRAIN_LEN = flags.DEFINE_integer("train_len", 256, "Tokens per training sequence.")
+_MATMUL_N = flags.DEFINE_integer("matmul_n", 1024, "Size of the peak-FLOPs matmul.")
+_REPEATS = flags.DEFINE_integer("repeats", 5, "Timed repetitions (the median is reported).")
+_SKIP_NAIVE = flags.DEFINE_bool("skip_naive", False, "Skip re-forward decoding (slow).")
+
+
+def median_time(fn, repeats: int) -> float:
+  jax.block_until_ready(fn())  # compile + warm up
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(fn())
+    times.append(time.perf_counter() - start)
+  return statistics.median(times)
+
+
+def matmul_peak(n: int, dtype, repeats: int) -> float:
+  """FLOP/s of an n x n matmul (2 n^3 FLOPs) on the default device."""
+  a = jax.random.normal(jax.random.key(0), (n, n), dtype)
+  b = jax.random.normal(jax.random.key(1), (n, n), dtype)
+  f = jax.jit(lambda a, b: a @ b)
+  return 2 * n**3 / median_time(lambda: f(a, b), repeats)
+
+
+def train_step_fn(graphdef):
+  def loss_fn(params, tokens):
+    logits = nnx.merge(graphdef, params)(tokens[:, :-1])
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    return -jnp.mean(jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1))
+
+  return jax.jit(jax.value_and_grad(loss_fn))
+
+
+def main(argv):
+  del argv
+  config = transformer.ModelConfig.from_dict(
+    {**model_sizes.get_config(_SIZE.value), "dtype": _DTYPE.value}
+  )
+  model = transformer.create(config, seed=0)
+  graphdef, params = nnx.split(model)
+  repeats = _REPEATS.value
+  rng = np.random.default_rng(0)
+  rows = []
+  print(
+    f"model {_SIZE.value}: {config.num_params() / 1e6:.2f}M params, {_DTYPE.value}, "
+    f"devices {jax.devices()}",
+    flush=True,
+  )
+
+  peak = matmul_peak(_MATMUL_N.value, config.compute_dtype, repeats)
+  rows.append(("matmul peak", f"{_MATMUL_N.value}^3", f"{peak / 1e9:.1f} GFLOP/s", ""))
+
+  b, p, g = _BATCH.value, _PROMPT.value, _GEN.value
+  prompts = rng.integers(0, config.vocab_size, (b, p)).tolist()
+  greedy = sampler_lib.SamplingParams(max_new_tokens=g, temperature=0.0)
+  sampler = sampler_lib.Sampler(config, graphdef, cache_size=p + g, pad_id=0)
+
+  def cached():
+    return sampler.generate(params, sampler.prefill(params, prompts), jax.random.key(0), greedy)[1]
+
+  t_cache = median_time(lambda: cached().tokens, repeats)
+  rows.append(
+    ("sample, KV cache", f"B={b} prompt={p} new={g}", f"{b * g / t_cache:,.0f} tok/s", "")
+  )
+  if not _SKIP_NAIVE.value:
+    t_naive = median_time(
+      lambda: sampler_lib.generate_without_cache(
+        graphdef, params, prompts, jax.random.key(0), greedy
+      )[0],
+      max(1, repeats // 2),
+    )
+    rows.append(
+      (
+        "sample, re-forward",
+        f"B={b} prompt={p} new={g}",
+        f"{b * g / t_naive:,.0f} tok/s",
+        f"cache speedup {t_naive / t_cache:.1f}x",
+      )
+    )
+
+  tb, tl = _TRAIN_BATCH.value, _TRAIN_LEN.value
+  tokens = jnp.asarray(rng.integers(0, config.vocab_size, (tb, tl + 1)), jnp.int32)
+  step = train_step_fn(graphdef)
+  t_train = median_time(lambda: step(params, tokens), repeats)
+  train_tps = tb * tl / t_train
+  # Training FLOPs per token: forward + backward (2x forward) = 3x forward.
+  achieved = 3 * config.flops_per_token(tl) * train_tps
+  rows.append(
+    (
+      "forward+backward",
+      f"B={tb} T={tl}",
+      f"{train_tps:,.0f} tok/s",
+      f"{achieved / 1e9:.1f} GFLOP/s, MFU {achieved / peak:.1%}",
+    )
+  )
+  forward = jax.jit(lambda p, t: nnx.merge(graphdef, p)(t))
+  t_fwd = median_time(lambda: forward(params, tokens[:, :-1]), repeats)
+  fwd_tps = tb * tl / t_fwd
+  fwd_flops = config.flops_per_token(tl) * fwd_tps
+  rows.append(
+    (
+      "forward only",
+      f"B={tb} T={tl}",
+      f"{fwd_tps:,.0f} tok/s",
+      f"{fwd_flops / 1e9:.1f} GFLOP/s, MFU {fwd_flops / peak:.1%}",
+    )
+  )
+
+  widths = [max(len(r[i]) for r in rows + [("what", "shape", "rate", "notes")]) for i in range(4)]
+  header = ("what", "shape", "rate", "notes")
+  print()
+  for r in [header, tuple("-" * w for w in widths)] + rows:
+    print(" | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,36 @@
+"""Shared fixtures. Every test process sees 8 CPU devices (sharding tests need them)."""
+
+import os
+
+# Must run before jax initialises its backends.
+os.environ["XLA_FLAGS"] = (
+  os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+).strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
+from flax import nnx  # noqa: E402
+
+from configs import model_sizes  # noqa: E402
+from gagar_jax.models import transformer  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="session")
+def nano_config() -> transformer.ModelConfig:
+  return transformer.ModelConfig.from_dict(model_sizes.get_config("nano"))
+
+
+@pytest.fixture(scope="session")
+def nano_model(nano_config):
+  """(graphdef, params) of a seeded nano model. Tests must not mutate params."""
+  return nnx.split(transformer.create(nano_config, seed=1))
+
+
+@pytest.fixture(scope="session")
+def devices8():
+  devices = jax.devices()
+  assert len(devices) == 8, "conftest forces 8 CPU devices"
+  return devices

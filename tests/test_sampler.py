@@ -1,0 +1,162 @@
+"""KV-cache sampler: equivalence with re-forward decoding, randomness, stopping, multi-turn."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from gagar_jax.errors import ConfigError
+from gagar_jax.models import sampler as sampler_lib
+
+PROMPTS = [[5, 9, 2], [7, 1, 4, 4, 8, 3, 11, 12, 40], [60, 61], [3] * 17]
+
+
+@pytest.fixture(scope="module")
+def sampler(nano_config, nano_model):
+  return sampler_lib.Sampler(nano_config, nano_model[0], cache_size=64, pad_id=0)
+
+
+def _generate(sampler, params, prompts, key, sampling):
+  state = sampler.prefill(params, prompts)
+  return sampler.generate(params, state, key, sampling)
+
+
+def test_greedy_cache_equals_naive_decoding(sampler, nano_model):
+  # Mixed prompt lengths in one batch; every row decodes 24 tokens.
+  graphdef, params = nano_model
+  greedy = sampler_lib.SamplingParams(max_new_tokens=24, temperature=0.0)
+  _, out = _generate(sampler, params, PROMPTS, jax.random.key(0), greedy)
+  ref_tokens, ref_logps, ref_mask = sampler_lib.generate_without_cache(
+    graphdef, params, PROMPTS, jax.random.key(0), greedy
+  )
+  np.testing.assert_array_equal(out.tokens, ref_tokens)
+  np.testing.assert_array_equal(out.mask, ref_mask)
+  np.testing.assert_allclose(out.logprobs, ref_logps, atol=1e-5)
+  assert np.asarray(out.mask).all()
+  # A single prompt alone decodes the same as inside the batch (rows are independent).
+  _, alone = _generate(sampler, params, PROMPTS[1:2], jax.random.key(0), greedy)
+  np.testing.assert_array_equal(alone.tokens[0], out.tokens[1])
+
+
+def test_logprobs_match_full_forward_recomputation(sampler, nano_model):
+  # The returned log-probs equal log_softmax of a plain forward pass over prompt + sample.
+  graphdef, params = nano_model
+  sampling = sampler_lib.SamplingParams(max_new_tokens=10, temperature=1.0)
+  _, out = _generate(sampler, params, PROMPTS[:2], jax.random.key(3), sampling)
+  model = nnx.merge(graphdef, params)
+  for row, prompt in enumerate(PROMPTS[:2]):
+    seq = jnp.asarray([prompt + np.asarray(out.tokens[row]).tolist()], jnp.int32)
+    logp = jax.nn.log_softmax(model(seq)[0], axis=-1)
+    positions = np.arange(len(prompt) - 1, len(prompt) - 1 + 10)
+    expected = logp[positions, out.tokens[row]]
+    np.testing.assert_allclose(out.logprobs[row], expected, atol=1e-5)
+
+
+def test_temperature_sampling_is_reproducible_and_key_dependent(sampler, nano_model):
+  _, params = nano_model
+  sampling = sampler_lib.SamplingParams(max_new_tokens=16, temperature=1.0)
+  _, a = _generate(sampler, params, PROMPTS, jax.random.key(7), sampling)
+  _, b = _generate(sampler, params, PROMPTS, jax.random.key(7), sampling)
+  _, c = _generate(sampler, params, PROMPTS, jax.random.key(8), sampling)
+  np.testing.assert_array_equal(a.tokens, b.tokens)
+  np.testing.assert_array_equal(a.logprobs, b.logprobs)
+  assert not np.array_equal(np.asarray(a.tokens), np.asarray(c.tokens))
+
+
+def test_top_k_one_and_tiny_top_p_are_greedy(sampler, nano_model):
+  _, params = nano_model
+  greedy = sampler_lib.SamplingParams(max_new_tokens=12, temperature=0.0)
+  _, ref = _generate(sampler, params, PROMPTS, jax.random.key(0), greedy)
+  for sampling in (
+    sampler_lib.SamplingParams(max_new_tokens=12, temperature=1.0, top_k=1),
+    sampler_lib.SamplingParams(max_new_tokens=12, temperature=1.0, top_p=1e-6),
+  ):
+    _, out = _generate(sampler, params, PROMPTS, jax.random.key(5), sampling)
+    np.testing.assert_array_equal(out.tokens, ref.tokens)
+
+
+def test_top_k_restricts_support():
+  logits = jnp.asarray([[0.0, 1.0, 2.0, 3.0, 4.0]] * 400)
+  sampling = sampler_lib.SamplingParams(max_new_tokens=1, temperature=1.0, top_k=2)
+  tokens, _ = sampler_lib.sample_logits(logits, jax.random.key(0), sampling)
+  assert set(np.asarray(tokens).tolist()) == {3, 4}
+  # top_p=0.7 over probs ~[.01,.03,.09,.23,.64]: mass before token 3 is .64 < .7 -> kept,
+  # mass before token 2 is .87 -> dropped.
+  sampling = sampler_lib.SamplingParams(max_new_tokens=1, temperature=1.0, top_p=0.7)
+  tokens, _ = sampler_lib.sample_logits(logits, jax.random.key(0), sampling)
+  assert set(np.asarray(tokens).tolist()) == {3, 4}
+
+
+def test_stop_sequence_and_eos_end_rows(sampler, nano_model):
+  # Use the greedy continuation itself to pick stop tokens the model will emit.
+  _, params = nano_model
+  greedy = sampler_lib.SamplingParams(max_new_tokens=20, temperature=0.0)
+  _, ref = _generate(sampler, params, PROMPTS, jax.random.key(0), greedy)
+  ref = np.asarray(ref.tokens)
+  stop = tuple(ref[0, 3:5].tolist())  # row 0 emits this pair at steps 3-4
+  sampling = sampler_lib.SamplingParams(
+    max_new_tokens=20, temperature=0.0, stop_sequences=(stop,), eos_id=int(ref[1, 2])
+  )
+  _, out = _generate(sampler, params, PROMPTS, jax.random.key(0), sampling)
+  tokens, mask = np.asarray(out.tokens), np.asarray(out.mask)
+  first_stop = next(i for i in range(1, 20) if tuple(ref[0, i - 1 : i + 1]) == stop)
+  assert out.num_tokens[0] == first_stop + 1
+  assert out.finish_reason[0] in (sampler_lib.FINISH_STOP, sampler_lib.FINISH_EOS)
+  first_eos = next(i for i in range(20) if ref[1, i] == ref[1, 2])
+  assert out.num_tokens[1] <= first_eos + 1
+  for row in range(len(PROMPTS)):
+    n = int(out.num_tokens[row])
+    assert mask[row, :n].all() and not mask[row, n:].any()
+    np.testing.assert_array_equal(tokens[row, :n], ref[row, :n])
+    assert (tokens[row, n:] == 0).all()
+    if out.finish_reason[row] == sampler_lib.FINISH_LENGTH:
+      assert n == 20
+
+
+def test_multi_turn_append_equals_reprefill(sampler, nano_config, nano_model):
+  # Turn 1, then an observation appended to the cache, then turn 2, must equal
+  # prefilling the whole transcript from scratch and decoding turn 2.
+  graphdef, params = nano_model
+  greedy = sampler_lib.SamplingParams(max_new_tokens=6, temperature=0.0)
+  prompts = PROMPTS[:3]
+  state, turn1 = _generate(sampler, params, prompts, jax.random.key(0), greedy)
+  observations = [[20, 21], [], [22, 23, 24, 25, 26]]
+  state = sampler.append(params, state, observations)
+  state, turn2 = sampler.generate(params, state, jax.random.key(1), greedy)
+  transcripts = [
+    p + np.asarray(turn1.tokens[i]).tolist() + observations[i] for i, p in enumerate(prompts)
+  ]
+  fresh = sampler_lib.Sampler(nano_config, graphdef, cache_size=64, pad_id=0)
+  ref_state, ref2 = _generate(fresh, params, transcripts, jax.random.key(1), greedy)
+  np.testing.assert_array_equal(turn2.tokens, ref2.tokens)
+  np.testing.assert_array_equal(state.lengths, ref_state.lengths)
+  np.testing.assert_allclose(state.last_logits, ref_state.last_logits, atol=1e-4)
+
+
+def test_cache_limits(sampler, nano_model):
+  _, params = nano_model
+  state = sampler.prefill(params, [[1] * 60])
+  with pytest.raises(ValueError, match="exceed the 4 free cache slots"):
+    sampler.append(params, state, [[2] * 5])
+  state = sampler.prefill(params, [[1] * 60])
+  sampling = sampler_lib.SamplingParams(max_new_tokens=10, temperature=0.0)
+  state, out = sampler.generate(params, state, jax.random.key(0), sampling)
+  assert int(out.num_tokens[0]) == 4
+  assert int(out.finish_reason[0]) == sampler_lib.FINISH_CACHE_FULL
+  assert int(state.lengths[0]) == 64
+
+
+@pytest.mark.parametrize(
+  "kwargs,field",
+  [
+    ({"max_new_tokens": 0}, "sampling.max_new_tokens"),
+    ({"max_new_tokens": 4, "temperature": -1.0}, "sampling.temperature"),
+    ({"max_new_tokens": 4, "top_p": 0.0}, "sampling.top_p"),
+    ({"max_new_tokens": 4, "top_k": -2}, "sampling.top_k"),
+    ({"max_new_tokens": 4, "stop_sequences": ((),)}, "sampling.stop_sequences"),
+  ],
+)
+def test_bad_sampling_params_name_field(kwargs, field):
+  with pytest.raises(ConfigError, match=field):
+    sampler_lib.SamplingParams(**kwargs)
