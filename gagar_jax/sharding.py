@@ -161,7 +161,7 @@ def batch_sharding(mesh: Mesh, rules=None, ndim: int = 2) -> NamedSharding:
 
 
 def shard_batch(tree, mesh: Mesh, rules=None, field: str = "batch_size"):
-  """Places host arrays `[B, ...]` on the mesh, B split over the batch axes."""
+  """Places global host arrays `[B, ...]` on the mesh, B split over the batch axes."""
 
   def put(x):
     x = np.asarray(x)
@@ -174,7 +174,9 @@ def shard_batch(tree, mesh: Mesh, rules=None, field: str = "batch_size"):
         field,
         f"batch of {x.shape[0]} does not divide over mesh axes {mesh_axes} of total size {size}",
       )
-    return jax.device_put(x, sharding)
+    # Every process holds the same global batch and contributes its own shards
+    # (works on one host and across `jax.distributed` processes alike).
+    return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
 
   return jax.tree.map(put, tree)
 

@@ -160,3 +160,29 @@ def test_cache_limits(sampler, nano_model):
 def test_bad_sampling_params_name_field(kwargs, field):
   with pytest.raises(ConfigError, match=field):
     sampler_lib.SamplingParams(**kwargs)
+
+
+def test_sharded_sampler_equals_single_device(devices8, nano_config):
+  # Params over fsdp x tensor, rows over data x fsdp: same tokens as on one device.
+  from gagar_jax import sharding
+
+  mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+  graphdef, params = sharding.init_model(nano_config, mesh, seed=1)
+  sharded = sampler_lib.Sampler(nano_config, graphdef, cache_size=64, pad_id=0, mesh=mesh)
+  sampling = sampler_lib.SamplingParams(max_new_tokens=12, temperature=0.0)
+  state, out = _generate(sharded, params, PROMPTS, jax.random.key(0), sampling)
+  assert state.cache[0].k.sharding.spec == sharding.logical_to_spec(
+    ("batch", None, "kv_heads", "head_dim"), None
+  )
+  state = sharded.append(params, state, [[1, 2]] * 4)
+  state, out2 = sharded.generate(params, state, jax.random.key(1), sampling)
+
+  single_params = jax.device_put(params, jax.devices()[0])
+  single = sampler_lib.Sampler(nano_config, graphdef, cache_size=64, pad_id=0)
+  ref_state, ref = _generate(single, single_params, PROMPTS, jax.random.key(0), sampling)
+  ref_state = single.append(single_params, ref_state, [[1, 2]] * 4)
+  _, ref2 = single.generate(single_params, ref_state, jax.random.key(1), sampling)
+  np.testing.assert_array_equal(out.tokens, ref.tokens)
+  np.testing.assert_array_equal(out2.tokens, ref2.tokens)
+  with pytest.raises(ConfigError, match="sampler.batch_size"):
+    sharded.prefill(params, PROMPTS[:3])

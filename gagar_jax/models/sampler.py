@@ -31,7 +31,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.sharding import NamedSharding
 
+from gagar_jax import sharding as sharding_lib
 from gagar_jax.errors import ConfigError
 from gagar_jax.models import transformer
 
@@ -240,6 +242,9 @@ class Sampler:
 
   Compiles once per (batch, chunk bucket, sampling params); chunks are padded to
   a power of two (at least `min_bucket`) to bound the number of compilations.
+  With a `mesh`, the cache and every per-row array are sharded along the logical
+  `batch` axis (and kv heads along `kv_heads`), matching parameters laid out by
+  `gagar_jax.sharding` with the same rules.
   """
 
   def __init__(
@@ -250,6 +255,8 @@ class Sampler:
     cache_size: int,
     pad_id: int = 0,
     min_bucket: int = 16,
+    mesh: jax.sharding.Mesh | None = None,
+    rules=None,
   ):
     if cache_size <= 0:
       raise ConfigError("sampler.cache_size", f"must be positive, got {cache_size}")
@@ -258,18 +265,56 @@ class Sampler:
     self.pad_id = int(pad_id)
     self.min_bucket = min_bucket
     self._config = config
-    self._chunk = jax.jit(functools.partial(_forward_chunk, graphdef), donate_argnums=(1,))
+    self._mesh, self._rules = mesh, rules
+    state_out = output_out = None
+    if mesh is not None:
+      # Rows over the batch axes, kv heads over the tensor axis; the layout is pinned
+      # so that consecutive calls never see a new input sharding (no recompiles).
+      state_out = self._state_shardings()
+      rows = sharding_lib.batch_sharding(mesh, rules, 1)
+      rows2 = sharding_lib.batch_sharding(mesh, rules, 2)
+      output_out = SampleOutput(rows2, rows2, rows2, rows, rows)
+    self._chunk = jax.jit(
+      functools.partial(_forward_chunk, graphdef), donate_argnums=(1,), out_shardings=state_out
+    )
     self._decode = jax.jit(
-      functools.partial(_decode, graphdef), static_argnums=(3, 4), donate_argnums=(1,)
+      functools.partial(_decode, graphdef),
+      static_argnums=(3, 4),
+      donate_argnums=(1,),
+      out_shardings=None if mesh is None else (state_out, output_out),
     )
 
+  def _state_shardings(self) -> SamplerState:
+    def named(*axes):
+      return NamedSharding(self._mesh, sharding_lib.logical_to_spec(axes, self._rules))
+
+    kv = named("batch", None, "kv_heads", "head_dim")
+    cache = tuple(transformer.LayerCache(kv, kv) for _ in range(self._config.num_layers))
+    return SamplerState(cache, named("batch"), named("batch", "vocab"))
+
   def init_state(self, batch: int) -> SamplerState:
-    cache = transformer.init_cache(self._config, batch, self.cache_size)
-    return SamplerState(
-      cache,
-      jnp.zeros((batch,), jnp.int32),
-      jnp.zeros((batch, self._config.vocab_size), jnp.float32),
-    )
+    """An empty batch of conversations (laid out over the mesh, if one was given)."""
+
+    def zeros():
+      return SamplerState(
+        transformer.init_cache(self._config, batch, self.cache_size),
+        jnp.zeros((batch,), jnp.int32),
+        jnp.zeros((batch, self._config.vocab_size), jnp.float32),
+      )
+
+    if self._mesh is None:
+      return zeros()
+    self._check_batch(batch)
+    return jax.jit(zeros, out_shardings=self._state_shardings())()
+
+  def _check_batch(self, batch: int) -> None:
+    spec = sharding_lib.batch_sharding(self._mesh, self._rules, 1).spec[0]
+    axes = () if spec is None else (spec,) if isinstance(spec, str) else spec
+    size = int(np.prod([self._mesh.shape[a] for a in axes]))
+    if batch % size:
+      raise ConfigError(
+        "sampler.batch_size", f"{batch} rows do not divide over mesh axes {axes} (size {size})"
+      )
 
   def _pad(self, seqs: Sequence[Sequence[int]]):
     longest = max((len(s) for s in seqs), default=0)
@@ -279,7 +324,10 @@ class Sampler:
     tokens = np.full((len(seqs), width), self.pad_id, np.int32)
     for i, s in enumerate(seqs):
       tokens[i, : len(s)] = s
-    return jnp.asarray(tokens), jnp.asarray([len(s) for s in seqs], jnp.int32)
+    counts = np.asarray([len(s) for s in seqs], np.int32)
+    if self._mesh is not None:
+      return sharding_lib.shard_batch((tokens, counts), self._mesh, self._rules)
+    return jnp.asarray(tokens), jnp.asarray(counts)
 
   def append(self, params, state: SamplerState, seqs: Sequence[Sequence[int]]) -> SamplerState:
     """Runs each row's new tokens (possibly none) through the model into the cache.
