@@ -34,3 +34,10 @@ def devices8():
   devices = jax.devices()
   assert len(devices) == 8, "conftest forces 8 CPU devices"
   return devices
+
+from hypothesis import settings  # noqa: E402
+
+# CI runs a fixed set of examples (no flaky red builds); locally each run explores anew.
+settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
+settings.register_profile("dev", deadline=None)
+settings.load_profile("ci" if os.environ.get("CI") else "dev")

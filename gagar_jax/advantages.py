@@ -1,0 +1,205 @@
+"""The GAGAR advantage kernel: group advantages, informative groups, rank -> weight,
+and sum-preserving redistribution of credit among a group's passing trajectories.
+
+Pure `jax.numpy`; each function is written for one group `[G]` and vmapped over
+the `B` groups of a batch `[B, G]`, so with `B` sharded over devices nothing is
+ever gathered. `advantages_reference.py` holds a plain NumPy twin used by tests.
+
+Notation (DESIGN.md, "The method, precisely"): a group holds G trajectories with
+rewards r_i; `valid` marks real (non-padding) slots, `passed` the trajectories
+whose hidden tests passed, `ranks` the grader's ranking of the passing ones
+(0 = best, ties share a value).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+ESTIMATORS = ("grpo", "drgrpo", "rloo")
+SCHEMES = {
+  # scheme -> (parameter name, default, check, description of the valid range)
+  "linear": ("floor", 0.5, lambda x: 0.0 < x <= 1.0, "in (0, 1]"),
+  "exponential": ("decay", 0.5, lambda x: 0.0 < x <= 1.0, "in (0, 1]"),
+  "reciprocal": ("power", 1.0, lambda x: x >= 0.0, ">= 0"),
+}
+
+
+def _masked_mean(x, mask, n):
+  return jnp.sum(jnp.where(mask, x, 0.0)) / jnp.maximum(n, 1.0)
+
+
+# Magnitudes are clipped here before any arithmetic: XLA divides through a reciprocal
+# and flushes denormals, so 1 / x for |x| > ~8.5e37 becomes 0 and would turn a huge
+# (but finite) reward into NaN. 1e30 leaves every intermediate finite and normal.
+_MAX_MAGNITUDE = 1e30
+# Redistribution needs the passing set to hold clearly positive net credit.
+_MIN_NET_CREDIT = 1e-3
+
+
+def _group_advantages_one(rewards, valid, estimator, eps):
+  """One group `[G]`. Statistics over valid slots only; invalid slots get 0."""
+  r = jnp.clip(rewards.astype(jnp.float32), -_MAX_MAGNITUDE, _MAX_MAGNITUDE)
+  r = jnp.where(valid & jnp.isfinite(r), r, 0.0)
+  n = jnp.sum(valid.astype(jnp.float32))
+  # Mean as a sum of r / n, so that huge rewards do not overflow the sum.
+  mean = jnp.sum(jnp.where(valid, r / jnp.maximum(n, 1.0), 0.0))
+  d = jnp.where(valid, r - mean, 0.0)
+  if estimator == "drgrpo":
+    adv = d
+  elif estimator == "rloo":
+    # r_i - mean_{j != i} r_j = n / (n - 1) * (r_i - mean); 0 for a lone trajectory.
+    adv = jnp.where(n > 1, d * n / jnp.maximum(n - 1.0, 1.0), 0.0)
+  else:
+    # (r - mean) / (std + eps) with the population std, computed on d / max|d| so
+    # that squares of huge rewards cannot overflow.
+    scale = jnp.max(jnp.abs(d))
+    safe = jnp.where(scale > 0, scale, 1.0)
+    z = d / safe
+    std_z = jnp.sqrt(_masked_mean(z * z, valid, n))
+    adv = jnp.where(scale > 0, z / (std_z + eps / safe), 0.0)
+  return jnp.where(valid, adv, 0.0).astype(jnp.float32)
+
+
+def group_advantages(rewards, valid, *, estimator: str = "grpo", eps: float = 1e-6):
+  """Per-trajectory advantages from group statistics.
+
+  Args:
+    rewards: `[B, G]` rewards (binary test reward, or shaped).
+    valid: `[B, G]` bool, False at padding slots.
+    estimator: `grpo` ((r - mean) / (std + eps), Shao et al. 2024), `drgrpo`
+      (r - mean, Liu et al. 2025) or `rloo` (leave-one-out baseline, Ahmadian et al. 2024).
+    eps: added to the standard deviation (`grpo`).
+
+  Returns:
+    float32 `[B, G]`; 0 at invalid slots. Rewards are clipped to +-1e30 first (so
+    that every intermediate stays finite in float32); non-finite rewards count as 0.
+  """
+  if estimator not in ESTIMATORS:
+    raise ValueError(f"estimator={estimator!r}: must be one of {ESTIMATORS}")
+  fn = lambda r, v: _group_advantages_one(r, v, estimator, eps)
+  return jax.vmap(fn)(jnp.asarray(rewards), jnp.asarray(valid, bool))
+
+
+def informative_groups(passed, valid):
+  """`[B]` bool: the group has at least one valid passing and one valid failing trajectory."""
+  passed, valid = jnp.asarray(passed, bool), jnp.asarray(valid, bool)
+  return jnp.any(passed & valid, axis=-1) & jnp.any(~passed & valid, axis=-1)
+
+
+def _scheme_param(scheme: str, scheme_params: dict) -> float:
+  if scheme not in SCHEMES:
+    raise ValueError(f"scheme={scheme!r}: must be one of {sorted(SCHEMES)}")
+  name, default, ok, allowed = SCHEMES[scheme]
+  unknown = set(scheme_params) - {name}
+  if unknown:
+    raise ValueError(f"scheme {scheme!r} takes only {name!r}, got {sorted(unknown)}")
+  value = float(scheme_params.get(name, default))
+  if not ok(value):
+    raise ValueError(f"scheme {scheme!r}: {name}={value} must be {allowed}")
+  return value
+
+
+def _rank_weights_one(ranks, passed, valid, scheme, param):
+  mask = passed & valid
+  r = ranks.astype(jnp.float32)
+  big = jnp.float32(3.0e38)
+  best = jnp.min(jnp.where(mask, r, big))
+  worst = jnp.max(jnp.where(mask, r, -big))
+  gap = jnp.where(mask, r - best, 0.0)  # >= 0, 0 for the best passing rank
+  if scheme == "linear":
+    # 1 at the best rank, `floor` at the worst, linear in between.
+    span = worst - best
+    frac = jnp.where(span > 0, gap / jnp.where(span > 0, span, 1.0), 0.0)
+    w = 1.0 - (1.0 - param) * frac
+  elif scheme == "exponential":
+    w = jnp.power(param, gap)
+  else:  # reciprocal
+    w = jnp.power(1.0 + gap, -param)
+  # Tiny positive floor: weights stay in (0, 1] even for extreme gaps.
+  w = jnp.clip(w, 1e-30, 1.0)
+  return jnp.where(mask, w, 1.0).astype(jnp.float32)
+
+
+def rank_weights(ranks, passed, valid, *, scheme: str = "linear", **scheme_params):
+  """Rank -> weight w = f(rank) in (0, 1]: 1 for the best passing rank, non-increasing.
+
+  Args:
+    ranks: int32 `[B, G]`, 0 = best, ties share a value; ignored where not passing/valid.
+    passed: `[B, G]` bool.
+    valid: `[B, G]` bool.
+    scheme: `linear` (`floor`=0.5: weight at the group's worst passing rank),
+      `exponential` (`decay`=0.5: w = decay ** (rank - best)) or `reciprocal`
+      (`power`=1: w = (1 + rank - best) ** -power).
+
+  Returns:
+    float32 `[B, G]`; 1 at non-passing or invalid slots (they are not reweighted).
+  """
+  param = _scheme_param(scheme, scheme_params)
+  fn = lambda r, p, v: _rank_weights_one(r, p, v, scheme, param)
+  return jax.vmap(fn)(jnp.asarray(ranks), jnp.asarray(passed, bool), jnp.asarray(valid, bool))
+
+
+def _redistribute_one(adv, passed, ranks, valid, preserve_sum, scheme, param):
+  mask = passed & valid
+  w = _rank_weights_one(ranks, passed, valid, scheme, param)
+  weighted = w * jnp.clip(adv, -_MAX_MAGNITUDE, _MAX_MAGNITUDE)
+  if preserve_sum:
+    num = jnp.sum(jnp.where(mask, jnp.clip(adv, -_MAX_MAGNITUDE, _MAX_MAGNITUDE), 0.0))
+    den = jnp.sum(jnp.where(mask, weighted, 0.0))
+    # A'_i = w_i A_i (sum_P A_j) / (sum_P w_j A_j); the ratio first, so that huge
+    # advantages cannot overflow. A zero or non-finite denominator (or a ratio that
+    # would flip the sign of the credit) leaves the group as it was.
+    # Also unchanged: a passing set without clearly positive net credit (sum_P A <=
+    # 1e-3 sum_P |A|, e.g. an all-pass group under shaped rewards, whose advantages
+    # sum to ~0): there the formula would scale every passing advantage to ~0.
+    total = jnp.sum(jnp.where(mask, jnp.abs(jnp.clip(adv, -_MAX_MAGNITUDE, _MAX_MAGNITUDE)), 0.0))
+    ratio = num / jnp.where(den != 0, den, 1.0)
+    ok = (den != 0) & jnp.isfinite(den) & jnp.isfinite(ratio) & (ratio > 0)
+    ok = ok & (num > _MIN_NET_CREDIT * total)
+    new = weighted * ratio
+    ok = ok & jnp.all(jnp.isfinite(jnp.where(mask, new, 0.0)))
+    out = jnp.where(mask & ok, new, adv)
+  else:
+    out = jnp.where(mask, weighted, adv)
+  return out.astype(jnp.float32)
+
+
+def redistribute(
+  advantages,
+  passed,
+  ranks,
+  valid,
+  *,
+  preserve_sum: bool = True,
+  scheme: str = "linear",
+  **scheme_params,
+):
+  """GAGAR credit redistribution among each group's passing trajectories.
+
+  Over the passing set P of a group, with w = `rank_weights(...)`:
+    A'_i = w_i A_i (sum_{j in P} A_j) / (sum_{j in P} w_j A_j)   (preserve_sum)
+    A'_i = w_i A_i                                                (ablation)
+  The group's total passing credit is unchanged; its split moves toward the
+  better-ranked trajectories. Failing and invalid slots are returned unchanged.
+  A group is left as it was when the denominator is zero or non-finite, or when
+  its passing set holds no clearly positive net credit (sum_P A <= 1e-3 sum_P |A|):
+  with binary rewards that is every group that is not informative.
+
+  Args:
+    advantages: float `[B, G]` (from `group_advantages`).
+    passed, ranks, valid: `[B, G]` as in `rank_weights`.
+    preserve_sum: rescale so that sum_P A' = sum_P A.
+    scheme, **scheme_params: the rank -> weight scheme (see `rank_weights`).
+
+  Returns:
+    float32 `[B, G]`.
+  """
+  param = _scheme_param(scheme, scheme_params)
+  fn = lambda a, p, r, v: _redistribute_one(a, p, r, v, preserve_sum, scheme, param)
+  return jax.vmap(fn)(
+    jnp.asarray(advantages, jnp.float32),
+    jnp.asarray(passed, bool),
+    jnp.asarray(ranks),
+    jnp.asarray(valid, bool),
+  )

@@ -1,0 +1,82 @@
+"""A plain NumPy reference for `gagar_jax.advantages`, one group at a time.
+
+Written for clarity, not speed (float64, explicit loops); tests check that the
+jitted kernel agrees with it on random inputs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def group_advantages(rewards, valid, *, estimator="grpo", eps=1e-6):
+  rewards, valid = np.asarray(rewards, np.float64), np.asarray(valid, bool)
+  out = np.zeros(rewards.shape, np.float64)
+  for b in range(rewards.shape[0]):
+    r = rewards[b][valid[b]]
+    n = len(r)
+    if n == 0:
+      continue
+    mean = r.mean()
+    if estimator == "grpo":
+      a = (r - mean) / (r.std() + eps)
+    elif estimator == "drgrpo":
+      a = r - mean
+    elif estimator == "rloo":
+      a = np.array([r[i] - (r.sum() - r[i]) / (n - 1) for i in range(n)]) if n > 1 else 0 * r
+    else:
+      raise ValueError(estimator)
+    out[b][valid[b]] = a
+  return out.astype(np.float32)
+
+
+def informative_groups(passed, valid):
+  passed, valid = np.asarray(passed, bool), np.asarray(valid, bool)
+  return np.array([(p & v).any() and (~p & v).any() for p, v in zip(passed, valid, strict=True)])
+
+
+def rank_weights(ranks, passed, valid, *, scheme="linear", **params):
+  ranks = np.asarray(ranks, np.float64)
+  mask = np.asarray(passed, bool) & np.asarray(valid, bool)
+  w = np.ones(ranks.shape, np.float64)
+  for b in range(ranks.shape[0]):
+    if not mask[b].any():
+      continue
+    r = ranks[b][mask[b]]
+    gap = r - r.min()
+    if scheme == "linear":
+      span = r.max() - r.min()
+      floor = params.get("floor", 0.5)
+      w[b][mask[b]] = 1.0 - (1.0 - floor) * (gap / span if span > 0 else 0 * gap)
+    elif scheme == "exponential":
+      w[b][mask[b]] = params.get("decay", 0.5) ** gap
+    elif scheme == "reciprocal":
+      w[b][mask[b]] = (1.0 + gap) ** -params.get("power", 1.0)
+    else:
+      raise ValueError(scheme)
+  return np.clip(w, 1e-30, 1.0).astype(np.float32)
+
+
+def redistribute(advantages, passed, ranks, valid, *, preserve_sum=True, scheme="linear", **params):
+  adv = np.asarray(advantages, np.float64)
+  mask = np.asarray(passed, bool) & np.asarray(valid, bool)
+  w = rank_weights(ranks, passed, valid, scheme=scheme, **params).astype(np.float64)
+  out = adv.copy()
+  for b in range(adv.shape[0]):
+    p = mask[b]
+    if not p.any():
+      continue
+    weighted = w[b][p] * adv[b][p]
+    if not preserve_sum:
+      out[b][p] = weighted
+      continue
+    den = weighted.sum()
+    if den == 0 or not np.isfinite(den):
+      continue
+    if adv[b][p].sum() <= 1e-3 * np.abs(adv[b][p]).sum():
+      continue  # no clearly positive net credit to redistribute
+    ratio = adv[b][p].sum() / den
+    if not np.isfinite(ratio) or ratio <= 0:
+      continue
+    out[b][p] = weighted * ratio
+  return out.astype(np.float32)

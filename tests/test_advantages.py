@@ -1,0 +1,254 @@
+"""Properties of the GAGAR advantage kernel, its NumPy twin, and sharded execution."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from gagar_jax import advantages as adv
+from gagar_jax import advantages_reference as ref
+from gagar_jax import sharding
+
+SCHEMES = [("linear", {}), ("linear", {"floor": 0.1}), ("exponential", {}), ("reciprocal", {})]
+ESTIMATORS = list(adv.ESTIMATORS)
+
+
+@st.composite
+def groups(draw, binary=True):
+  """A batch [B, G]: rewards, passed, ranks (with ties), valid."""
+  b = draw(st.integers(1, 4))
+  g = draw(st.sampled_from([1, 2, 3, 5, 8]))
+  seed = draw(st.integers(0, 2**31 - 1))
+  rng = np.random.default_rng(seed)
+  passed = rng.random((b, g)) < draw(st.sampled_from([0.0, 0.3, 0.6, 1.0]))
+  valid = rng.random((b, g)) < draw(st.sampled_from([0.5, 0.9, 1.0]))
+  rewards = passed.astype(np.float32)
+  if not binary:
+    rewards = rewards + 0.3 * rng.random((b, g)).astype(np.float32)
+  ranks = rng.integers(0, max(1, g // 2 + 1), (b, g)).astype(np.int32)  # ties likely
+  return rewards, passed, ranks, valid
+
+
+def _kernel(rewards, passed, ranks, valid, estimator="grpo", scheme="linear", params=None, **kw):
+  a = adv.group_advantages(rewards, valid, estimator=estimator)
+  return np.asarray(a), np.asarray(
+    adv.redistribute(a, passed, ranks, valid, scheme=scheme, **(params or {}), **kw)
+  )
+
+
+def test_worked_example():
+  # G=4, rewards [1,1,1,0]: mean .75, std sqrt(.1875)=.43301, A_pass=.57735, A_fail=-1.73205.
+  # linear floor .5 over ranks [0,1,2]: w=[1,.75,.5]; sum_P A=1.73205, sum_P wA=1.29904,
+  # ratio 4/3 -> A'=[.76980, .57735, .38490]; the failing slot keeps -1.73205.
+  rewards = np.array([[1.0, 1.0, 1.0, 0.0]])
+  passed = rewards > 0
+  ranks = np.array([[0, 1, 2, 0]], np.int32)
+  valid = np.ones((1, 4), bool)
+  a, new = _kernel(rewards, passed, ranks, valid)
+  np.testing.assert_allclose(a, [[0.57735, 0.57735, 0.57735, -1.73205]], atol=1e-4)
+  np.testing.assert_allclose(new, [[0.76980, 0.57735, 0.38490, -1.73205]], atol=1e-4)
+  ablation = adv.redistribute(a, passed, ranks, valid, preserve_sum=False)
+  np.testing.assert_allclose(ablation, [[0.57735, 0.43301, 0.28868, -1.73205]], atol=1e-4)
+
+
+def test_estimators_by_hand():
+  r = np.array([[1.0, 0.0, 0.0, 5.0]])
+  v = np.array([[True, True, True, False]])  # the 5.0 is padding
+  # mean 1/3; drgrpo [2/3, -1/3, -1/3]; rloo: 1-0, 0-.5, 0-.5; std = sqrt(2/9) = .4714.
+  np.testing.assert_allclose(
+    adv.group_advantages(r, v, estimator="drgrpo"), [[2 / 3, -1 / 3, -1 / 3, 0]], atol=1e-6
+  )
+  np.testing.assert_allclose(
+    adv.group_advantages(r, v, estimator="rloo"), [[1.0, -0.5, -0.5, 0]], atol=1e-6
+  )
+  np.testing.assert_allclose(
+    adv.group_advantages(r, v), [[1.41421, -0.70711, -0.70711, 0]], atol=1e-4
+  )
+
+
+@settings(max_examples=60, deadline=None)
+@given(groups(binary=False), st.sampled_from(SCHEMES), st.sampled_from(ESTIMATORS))
+def test_sum_over_passing_is_preserved(batch, scheme, estimator):
+  rewards, passed, ranks, valid = batch
+  a, new = _kernel(rewards, passed, ranks, valid, estimator, scheme[0], scheme[1])
+  mask = passed & valid
+  before = np.where(mask, a, 0).sum(-1)
+  after = np.where(mask, new, 0).sum(-1)
+  scale = np.where(mask, np.abs(a), 0).sum(-1)
+  np.testing.assert_allclose(after, before, rtol=1e-5, atol=1e-5 * scale.max() + 1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(groups(binary=False), st.sampled_from(SCHEMES), st.booleans())
+def test_failing_and_invalid_untouched(batch, scheme, preserve_sum):
+  rewards, passed, ranks, valid = batch
+  a, new = _kernel(rewards, passed, ranks, valid, "grpo", *scheme, preserve_sum=preserve_sum)
+  keep = ~(passed & valid)
+  np.testing.assert_array_equal(new[keep], a[keep])
+
+
+@settings(max_examples=60, deadline=None)
+@given(groups(), st.sampled_from(SCHEMES))
+def test_equal_ranks_or_single_passing_unchanged(batch, scheme):
+  rewards, passed, ranks, valid = batch
+  a = np.asarray(adv.group_advantages(rewards, valid))
+  tied = np.zeros_like(ranks) + 3
+  np.testing.assert_allclose(
+    adv.redistribute(a, passed, tied, valid, scheme=scheme[0], **scheme[1]), a, rtol=1e-6
+  )
+  single = passed & valid & (np.cumsum(passed & valid, axis=1) == 1)
+  np.testing.assert_allclose(
+    adv.redistribute(a, single, ranks, valid, scheme=scheme[0], **scheme[1]), a, rtol=1e-6
+  )
+
+
+@settings(max_examples=60, deadline=None)
+@given(groups(), st.sampled_from(SCHEMES), st.sampled_from(ESTIMATORS), st.booleans())
+def test_better_rank_never_gets_less_and_ties_equal(batch, scheme, estimator, preserve_sum):
+  rewards, passed, ranks, valid = batch
+  _, new = _kernel(rewards, passed, ranks, valid, estimator, *scheme, preserve_sum=preserve_sum)
+  mask = passed & valid
+  for b in range(rewards.shape[0]):
+    idx = np.flatnonzero(mask[b])
+    for i, j in itertools.product(idx, idx):
+      if ranks[b, i] < ranks[b, j]:
+        assert new[b, i] >= new[b, j] - 1e-6
+      elif ranks[b, i] == ranks[b, j]:
+        assert new[b, i] == pytest.approx(new[b, j], rel=1e-6, abs=1e-7)
+
+
+@settings(max_examples=40, deadline=None)
+@given(groups(binary=False), st.sampled_from(SCHEMES), st.integers(0, 2**31 - 1))
+def test_permutation_equivariance(batch, scheme, seed):
+  rewards, passed, ranks, valid = batch
+  perm = np.random.default_rng(seed).permutation(rewards.shape[1])
+  a, new = _kernel(rewards, passed, ranks, valid, "grpo", *scheme)
+  a_p, new_p = _kernel(
+    rewards[:, perm], passed[:, perm], ranks[:, perm], valid[:, perm], "grpo", *scheme
+  )
+  np.testing.assert_allclose(a_p, a[:, perm], rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(new_p, new[:, perm], rtol=1e-5, atol=1e-6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(groups(), st.sampled_from(SCHEMES), st.sampled_from(ESTIMATORS))
+def test_no_rescale_never_increases_passing_advantage(batch, scheme, estimator):
+  rewards, passed, ranks, valid = batch
+  a, new = _kernel(rewards, passed, ranks, valid, estimator, *scheme, preserve_sum=False)
+  mask = passed & valid
+  assert (new[mask] <= a[mask] + 1e-7).all()
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_no_nan_or_inf_on_edge_inputs(estimator, scheme):
+  cases = [
+    (np.ones((2, 4)), np.ones((2, 4), bool)),  # all pass
+    (np.zeros((2, 4)), np.ones((2, 4), bool)),  # all fail
+    (np.ones((3, 1)), np.ones((3, 1), bool)),  # G = 1
+    (np.ones((2, 4)), np.zeros((2, 4), bool)),  # everything invalid
+    (np.array([[1e30, -1e30, 3e29, 0.0]]), np.ones((1, 4), bool)),  # huge
+    (np.array([[1e-30, 0.0, 2e-30, 1e-38]]), np.ones((1, 4), bool)),  # tiny
+    (np.array([[3.0e38, -3.0e38, 1.0, 0.0]]), np.ones((1, 4), bool)),  # near float32 max
+  ]
+  for rewards, valid in cases:
+    passed = rewards > 0
+    ranks = np.arange(rewards.size, dtype=np.int32).reshape(rewards.shape) * 1000
+    a, new = _kernel(rewards.astype(np.float32), passed, ranks, valid, estimator, *scheme)
+    assert np.isfinite(a).all() and np.isfinite(new).all(), (rewards, a, new)
+    w = np.asarray(adv.rank_weights(ranks, passed, valid, scheme=scheme[0], **scheme[1]))
+    assert ((w > 0) & (w <= 1)).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(groups(), st.sampled_from(SCHEMES))
+def test_rank_weight_properties(batch, scheme):
+  _, passed, ranks, valid = batch
+  w = np.asarray(adv.rank_weights(ranks, passed, valid, scheme=scheme[0], **scheme[1]))
+  mask = passed & valid
+  assert ((w > 0) & (w <= 1)).all()
+  for b in range(w.shape[0]):
+    idx = np.flatnonzero(mask[b])
+    if len(idx):
+      assert w[b, idx[np.argmin(ranks[b, idx])]] == 1.0
+    for i, j in itertools.product(idx, idx):
+      if ranks[b, i] <= ranks[b, j]:
+        assert w[b, i] >= w[b, j]
+  assert (w[~mask] == 1.0).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+  groups(binary=False),
+  st.sampled_from(SCHEMES),
+  st.sampled_from(ESTIMATORS),
+  st.booleans(),
+)
+def test_matches_numpy_reference(batch, scheme, estimator, preserve_sum):
+  rewards, passed, ranks, valid = batch
+  a, new = _kernel(rewards, passed, ranks, valid, estimator, *scheme, preserve_sum=preserve_sum)
+  a_ref = ref.group_advantages(rewards, valid, estimator=estimator)
+  new_ref = ref.redistribute(
+    a_ref, passed, ranks, valid, preserve_sum=preserve_sum, scheme=scheme[0], **scheme[1]
+  )
+  np.testing.assert_allclose(a, a_ref, rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(new, new_ref, rtol=1e-4, atol=1e-5)
+  np.testing.assert_array_equal(
+    adv.informative_groups(passed, valid), ref.informative_groups(passed, valid)
+  )
+  np.testing.assert_allclose(
+    adv.rank_weights(ranks, passed, valid, scheme=scheme[0], **scheme[1]),
+    ref.rank_weights(ranks, passed, valid, scheme=scheme[0], **scheme[1]),
+    rtol=1e-5,
+  )
+
+
+def test_informative_groups():
+  passed = np.array([[1, 0, 0], [1, 1, 1], [0, 0, 0], [1, 0, 1]], bool)
+  valid = np.array([[1, 1, 1], [1, 1, 1], [1, 1, 1], [1, 0, 1]], bool)
+  # Row 3: the failing member is padding, so the group is all-pass.
+  np.testing.assert_array_equal(adv.informative_groups(passed, valid), [True, False, False, False])
+
+
+def test_bad_arguments_are_rejected():
+  z = np.zeros((1, 2))
+  with pytest.raises(ValueError, match="estimator='ppo'"):
+    adv.group_advantages(z, z > 0, estimator="ppo")
+  with pytest.raises(ValueError, match="scheme='cubic'"):
+    adv.rank_weights(z.astype(np.int32), z > 0, z > 0, scheme="cubic")
+  with pytest.raises(ValueError, match="takes only 'floor'"):
+    adv.redistribute(z, z > 0, z.astype(np.int32), z > 0, scheme="linear", flor=0.2)
+  with pytest.raises(ValueError, match="floor=0.0 must be in"):
+    adv.rank_weights(z.astype(np.int32), z > 0, z > 0, scheme="linear", floor=0.0)
+
+
+def test_sharded_kernel_runs_without_gathering(devices8):
+  # [B, G] sharded over `data`: the compiled kernel contains no cross-device collective.
+  mesh = sharding.make_mesh({"data": 8})
+  spec = NamedSharding(mesh, P("data", None))
+  rng = np.random.default_rng(0)
+  passed = rng.random((64, 8)) < 0.5
+  rewards = passed.astype(np.float32)
+  ranks = rng.integers(0, 4, (64, 8)).astype(np.int32)
+  valid = rng.random((64, 8)) < 0.9
+
+  def kernel(r, p, k, v):
+    a = adv.group_advantages(r, v)
+    return adv.redistribute(a, p, k, v), adv.informative_groups(p, v)
+
+  args = [jax.device_put(x, spec) for x in (rewards, passed, ranks, valid)]
+  compiled = jax.jit(kernel, in_shardings=(spec,) * 4).lower(*args).compile()
+  hlo = compiled.as_text()
+  for collective in ("all-gather", "all-reduce", "all-to-all", "collective-permute"):
+    assert collective not in hlo, collective
+  out, informative = compiled(*args)
+  assert out.sharding.spec == P("data", None)
+  expected = ref.redistribute(ref.group_advantages(rewards, valid), passed, ranks, valid)
+  np.testing.assert_allclose(np.asarray(out), expected, rtol=1e-4, atol=1e-5)
+  assert jnp.asarray(informative).shape == (64,)
