@@ -132,8 +132,9 @@ def test_permutation_equivariance(batch, scheme, seed):
   a_p, new_p = _kernel(
     rewards[:, perm], passed[:, perm], ranks[:, perm], valid[:, perm], "grpo", *scheme
   )
-  np.testing.assert_allclose(a_p, a[:, perm], rtol=1e-5, atol=1e-6)
-  np.testing.assert_allclose(new_p, new[:, perm], rtol=1e-5, atol=1e-6)
+  # Summation order changes with the permutation: float32 round-off only.
+  np.testing.assert_allclose(a_p, a[:, perm], rtol=1e-5, atol=2e-5)
+  np.testing.assert_allclose(new_p, new[:, perm], rtol=1e-5, atol=2e-5)
 
 
 @settings(max_examples=60, deadline=None)
