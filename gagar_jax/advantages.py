@@ -87,7 +87,7 @@ def informative_groups(passed, valid):
   return jnp.any(passed & valid, axis=-1) & jnp.any(~passed & valid, axis=-1)
 
 
-def _scheme_param(scheme: str, scheme_params: dict) -> float:
+def scheme_param(scheme: str, scheme_params: dict) -> float:
   if scheme not in SCHEMES:
     raise ValueError(f"scheme={scheme!r}: must be one of {sorted(SCHEMES)}")
   name, default, ok, allowed = SCHEMES[scheme]
@@ -135,7 +135,7 @@ def rank_weights(ranks, passed, valid, *, scheme: str = "linear", **scheme_param
   Returns:
     float32 `[B, G]`; 1 at non-passing or invalid slots (they are not reweighted).
   """
-  param = _scheme_param(scheme, scheme_params)
+  param = scheme_param(scheme, scheme_params)
   fn = lambda r, p, v: _rank_weights_one(r, p, v, scheme, param)
   return jax.vmap(fn)(jnp.asarray(ranks), jnp.asarray(passed, bool), jnp.asarray(valid, bool))
 
@@ -195,7 +195,7 @@ def redistribute(
   Returns:
     float32 `[B, G]`.
   """
-  param = _scheme_param(scheme, scheme_params)
+  param = scheme_param(scheme, scheme_params)
   fn = lambda a, p, r, v: _redistribute_one(a, p, r, v, preserve_sum, scheme, param)
   return jax.vmap(fn)(
     jnp.asarray(advantages, jnp.float32),

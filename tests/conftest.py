@@ -35,6 +35,7 @@ def devices8():
   assert len(devices) == 8, "conftest forces 8 CPU devices"
   return devices
 
+
 from hypothesis import settings  # noqa: E402
 
 # CI runs a fixed set of examples (no flaky red builds); locally each run explores anew.

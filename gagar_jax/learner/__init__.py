@@ -1,0 +1,1 @@
+"""The GRPO/GAGAR learner: losses, train state, the jitted sharded step, checkpoints."""

@@ -1,0 +1,112 @@
+"""The learner's config sections (`config.learner` in an experiment config)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gagar_jax import advantages
+from gagar_jax.configlib import check, from_dict, one_of
+from gagar_jax.errors import ConfigError
+from gagar_jax.learner import losses
+
+SCHEDULES = ("cosine", "constant")
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+  learning_rate: float = 1e-4
+  schedule: str = "cosine"
+  warmup_steps: int = 0
+  total_steps: int = 1000
+  min_lr_ratio: float = 0.1
+  b1: float = 0.9
+  b2: float = 0.99
+  eps: float = 1e-8
+  weight_decay: float = 0.0
+  max_grad_norm: float = 1.0
+
+  def __post_init__(self):
+    check(self.learning_rate > 0, "learning_rate", f"must be > 0, got {self.learning_rate}")
+    one_of(self.schedule, SCHEDULES, "schedule")
+    check(self.warmup_steps >= 0, "warmup_steps", f"must be >= 0, got {self.warmup_steps}")
+    check(self.total_steps > 0, "total_steps", f"must be > 0, got {self.total_steps}")
+    check(
+      self.warmup_steps <= self.total_steps,
+      "warmup_steps",
+      f"{self.warmup_steps} exceeds total_steps={self.total_steps}",
+    )
+    check(
+      0 <= self.min_lr_ratio <= 1, "min_lr_ratio", f"must be in [0, 1], got {self.min_lr_ratio}"
+    )
+    check(0 <= self.b1 < 1, "b1", f"must be in [0, 1), got {self.b1}")
+    check(0 <= self.b2 < 1, "b2", f"must be in [0, 1), got {self.b2}")
+    check(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay}")
+    check(self.max_grad_norm > 0, "max_grad_norm", f"must be > 0, got {self.max_grad_norm}")
+
+
+@dataclasses.dataclass(frozen=True)
+class LossConfig:
+  eps_low: float = 0.2
+  eps_high: float = 0.28
+  dual_clip: float = 0.0
+  agg: str = "token_mean"
+  kl: str = "off"
+  kl_coef: float = 0.0
+  max_tokens: int = 0
+
+  def __post_init__(self):
+    check(0 < self.eps_low < 1, "eps_low", f"must be in (0, 1), got {self.eps_low}")
+    check(self.eps_high > 0, "eps_high", f"must be > 0, got {self.eps_high}")
+    check(
+      self.dual_clip == 0 or self.dual_clip > 1,
+      "dual_clip",
+      f"must be 0 (off) or > 1, got {self.dual_clip}",
+    )
+    one_of(self.agg, losses.AGG_MODES, "agg")
+    one_of(self.kl, losses.KL_MODES, "kl")
+    check(self.kl_coef >= 0, "kl_coef", f"must be >= 0, got {self.kl_coef}")
+    check(
+      self.kl != "off" or self.kl_coef == 0,
+      "kl_coef",
+      f"is {self.kl_coef} but kl='off'; set kl to 'k1' or 'k3'",
+    )
+    check(self.max_tokens >= 0, "max_tokens", f"must be >= 0, got {self.max_tokens}")
+
+
+@dataclasses.dataclass(frozen=True)
+class AdvantageConfig:
+  estimator: str = "grpo"
+  eps: float = 1e-6
+  redistribute: bool = True
+  preserve_sum: bool = True
+  scheme: str = "linear"
+  # The scheme's one parameter: linear floor, exponential decay, reciprocal power.
+  scheme_param: float = 0.5
+
+  def __post_init__(self):
+    one_of(self.estimator, advantages.ESTIMATORS, "estimator")
+    one_of(self.scheme, tuple(advantages.SCHEMES), "scheme")
+    try:
+      advantages.scheme_param(self.scheme, self.scheme_kwargs)
+    except ValueError as e:
+      raise ConfigError("scheme_param", str(e)) from None
+
+  @property
+  def scheme_kwargs(self) -> dict:
+    return {advantages.SCHEMES[self.scheme][0]: self.scheme_param}
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnerConfig:
+  optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
+  loss: LossConfig = dataclasses.field(default_factory=LossConfig)
+  advantage: AdvantageConfig = dataclasses.field(default_factory=AdvantageConfig)
+  # Micro-batches per step (gradient accumulation); must divide the number of groups.
+  micro_batches: int = 1
+
+  def __post_init__(self):
+    check(self.micro_batches >= 1, "micro_batches", f"must be >= 1, got {self.micro_batches}")
+
+  @classmethod
+  def from_dict(cls, d, prefix: str = "learner") -> LearnerConfig:
+    return from_dict(cls, d, prefix)

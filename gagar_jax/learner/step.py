@@ -1,0 +1,279 @@
+"""The jitted, sharded GRPO/GAGAR update step and the log-prob function.
+
+A batch holds N groups of G trajectories (`Batch`, arrays `[N, G, ...]`), sharded
+over the mesh's batch axes along N. One step:
+
+  group advantages (GRPO / Dr. GRPO / RLOO) -> GAGAR redistribution by rank
+  -> per-trajectory advantages broadcast to the policy's tokens
+  -> PPO-clip loss (+ KL), gradients accumulated over micro-batches
+  -> global-norm clip + AdamW, unless the loss or gradient norm is non-finite.
+
+Compiled once per run (fixed shapes, explicit in/out shardings, state donated).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from gagar_jax import advantages as adv_lib
+from gagar_jax import sharding
+from gagar_jax.errors import ConfigError
+from gagar_jax.learner import losses
+from gagar_jax.learner.config import AdvantageConfig, LearnerConfig
+from gagar_jax.learner.train_state import TrainState, make_schedule
+
+
+class Batch(NamedTuple):
+  """N groups x G trajectories of T tokens; what the rollout hands the learner.
+
+  Attributes:
+    tokens: int32 `[N, G, T]` whole transcripts (prompt, actions, observations), right-padded.
+    mask: bool `[N, G, T]`, True at tokens the policy generated (the only ones the loss sees).
+    old_logprobs: float32 `[N, G, T]`, log-probs of each token under the sampling policy.
+    ref_logprobs: float32 `[N, G, T]`, under the reference policy (zeros when KL is off).
+    rewards: float32 `[N, G]`.
+    passed: bool `[N, G]`, hidden tests passed.
+    ranks: int32 `[N, G]`, the grader's ranks of passing trajectories (0 = best).
+    valid: bool `[N, G]`, False at padding slots.
+  """
+
+  tokens: jax.Array
+  mask: jax.Array
+  old_logprobs: jax.Array
+  ref_logprobs: jax.Array
+  rewards: jax.Array
+  passed: jax.Array
+  ranks: jax.Array
+  valid: jax.Array
+
+
+def compute_advantages(batch: Batch, cfg: AdvantageConfig):
+  """Group advantages, then redistribution; returns (A' `[N, G]`, metrics)."""
+  base = adv_lib.group_advantages(batch.rewards, batch.valid, estimator=cfg.estimator, eps=cfg.eps)
+  if cfg.redistribute:
+    new = adv_lib.redistribute(
+      base,
+      batch.passed,
+      batch.ranks,
+      batch.valid,
+      preserve_sum=cfg.preserve_sum,
+      scheme=cfg.scheme,
+      **cfg.scheme_kwargs,
+    )
+  else:
+    new = base
+  return new, advantage_metrics(base, new, batch)
+
+
+def advantage_metrics(base, new, batch: Batch) -> dict:
+  """How much credit redistribution moved, and plain advantage statistics."""
+  valid, passing = batch.valid, batch.passed & batch.valid
+  informative = adv_lib.informative_groups(batch.passed, batch.valid)
+  n_valid = jnp.maximum(jnp.sum(valid), 1)
+  mean = jnp.sum(jnp.where(valid, new, 0.0)) / n_valid
+  std = jnp.sqrt(jnp.sum(jnp.where(valid, (new - mean) ** 2, 0.0)) / n_valid)
+  n_pass = jnp.sum(passing)
+  moved = jnp.sum(jnp.where(passing, jnp.abs(new - base), 0.0)) / jnp.maximum(n_pass, 1)
+  # max/min passing advantage per group with >= 2 passing members and positive credit.
+  big = jnp.float32(3e38)
+  hi = jnp.max(jnp.where(passing, new, -big), axis=-1)
+  lo = jnp.min(jnp.where(passing, new, big), axis=-1)
+  has_ratio = (jnp.sum(passing, axis=-1) >= 2) & (lo > 0)
+  ratio = jnp.where(has_ratio, hi / jnp.where(has_ratio, lo, 1.0), 0.0)
+  return {
+    "adv_mean": mean,
+    "adv_std": std,
+    "adv_abs_moved": moved,
+    "adv_passing_ratio": jnp.sum(ratio) / jnp.maximum(jnp.sum(has_ratio), 1),
+    "groups_informative": jnp.sum(informative).astype(jnp.float32),
+    "groups_redistributed": jnp.sum(
+      jnp.any(jnp.abs(new - base) > 1e-6 * (1 + jnp.abs(base)), axis=-1)
+    ).astype(jnp.float32),
+    "trajectories_passed": n_pass.astype(jnp.float32),
+  }
+
+
+def token_logprobs(graphdef, params, tokens, with_entropy: bool = False):
+  """log p(token_t | tokens_<t) for `tokens [B, T]` -> `[B, T]` (0 at t = 0)."""
+  logits = nnx.merge(graphdef, params)(tokens[:, :-1])
+  logp = jax.nn.log_softmax(logits, axis=-1)
+  taken = jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1)[..., 0]
+  taken = jnp.pad(taken, ((0, 0), (1, 0)))
+  if not with_entropy:
+    return taken
+  entropy = -jnp.sum(jnp.exp(logp) * logp, axis=-1)
+  return taken, jnp.pad(entropy, ((0, 0), (1, 0)))
+
+
+def _flatten(x):
+  return x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:])
+
+
+def _micro_split(x, m: int):
+  """`[B, ...]` -> `[m, B / m, ...]`, strided, so each micro-batch spans every device."""
+  return jnp.moveaxis(x.reshape((x.shape[0] // m, m) + x.shape[1:]), 1, 0)
+
+
+def make_train_step(
+  config: LearnerConfig,
+  graphdef,
+  optimizer: optax.GradientTransformation,
+  state_shardings: TrainState,
+  mesh,
+  rules=None,
+):
+  """Returns the jitted `step(state, batch) -> (state, metrics)`; `state` is donated."""
+  loss_cfg = config.loss
+  schedule = make_schedule(config.optim)
+  m = config.micro_batches
+
+  def loss_fn(params, tokens, mask, old, ref, adv, denom):
+    logp, entropy = token_logprobs(graphdef, params, tokens, with_entropy=True)
+    pg, metrics = losses.ppo_clip_loss(
+      logp,
+      old,
+      adv,
+      mask,
+      eps_low=loss_cfg.eps_low,
+      eps_high=loss_cfg.eps_high,
+      dual_clip=loss_cfg.dual_clip,
+      agg=loss_cfg.agg,
+      max_tokens=loss_cfg.max_tokens or None,
+      denom=denom,
+    )
+    kl = losses.aggregate(
+      losses.kl_penalty(logp, ref, loss_cfg.kl),
+      mask,
+      loss_cfg.agg,
+      max_tokens=loss_cfg.max_tokens or None,
+      denom=denom,
+    )
+    total = pg + loss_cfg.kl_coef * kl
+    metrics = dict(
+      metrics,
+      pg_loss=pg,
+      kl=kl,
+      entropy=losses.aggregate(entropy, mask, "token_mean", denom=denom),
+    )
+    return total, metrics
+
+  grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+  def step(state: TrainState, batch: Batch):
+    advantages, adv_metrics = compute_advantages(batch, config.advantage)
+    tokens, mask = _flatten(batch.tokens), _flatten(batch.mask)
+    old, ref = _flatten(batch.old_logprobs), _flatten(batch.ref_logprobs)
+    adv = _flatten(advantages)
+    # Batch-wide denominators make the sum of micro-batch losses equal the full loss.
+    denom = losses.denominators(mask)
+    if m == 1:
+      (loss, metrics), grads = grad_fn(state.params, tokens, mask, old, ref, adv, denom)
+    else:
+      parts = [_micro_split(x, m) for x in (tokens, mask, old, ref, adv)]
+
+      def run(part):
+        (loss, metrics), grads = grad_fn(state.params, *part, denom)
+        return loss, metrics, grads
+
+      def accumulate(carry, part):
+        return jax.tree.map(jnp.add, carry, run(part)), None
+
+      shapes = jax.eval_shape(run, [p[0] for p in parts])
+      zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+      (loss, metrics, grads), _ = jax.lax.scan(accumulate, zeros, parts)
+    grad_norm = optax.tree.norm(grads)
+    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+    # A non-finite step changes nothing; the host raises on `finite == 0`.
+    keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
+    rng = jax.random.key_data(jax.random.split(jax.random.wrap_key_data(state.rng))[0])
+    new_state = TrainState(
+      state.step + finite.astype(jnp.int32),
+      keep(params, state.params),
+      keep(opt_state, state.opt_state),
+      rng,
+    )
+    metrics = dict(
+      metrics,
+      **adv_metrics,
+      loss=loss,
+      grad_norm=grad_norm,
+      learning_rate=schedule(state.step),
+      tokens=denom.num_tokens,
+      finite=finite.astype(jnp.float32),
+    )
+    return new_state, metrics
+
+  batch_sh = batch_shardings(mesh, rules)
+  return jax.jit(
+    step,
+    in_shardings=(state_shardings, batch_sh),
+    out_shardings=(state_shardings, None),
+    donate_argnums=(0,),
+  )
+
+
+def batch_shardings(mesh, rules=None) -> Batch:
+  """Every batch field sharded along its group axis N over the batch mesh axes."""
+  return Batch(*(sharding.batch_sharding(mesh, rules, nd) for nd in (3, 3, 3, 3, 2, 2, 2, 2)))
+
+
+def make_logprob_fn(graphdef, params_shardings, mesh, rules=None):
+  """Jitted `logprobs(params, tokens [N, G, T]) -> [N, G, T]` (old-policy / reference)."""
+  tok_sh = sharding.batch_sharding(mesh, rules, 3)
+
+  def fn(params, tokens):
+    n, g, t = tokens.shape
+    return token_logprobs(graphdef, params, tokens.reshape(n * g, t)).reshape(n, g, t)
+
+  return jax.jit(fn, in_shardings=(params_shardings, tok_sh), out_shardings=tok_sh)
+
+
+def check_batch(batch: Batch, mesh, micro_batches: int, rules=None) -> None:
+  """Clear errors for shapes that cannot be split as configured."""
+  n, g, t = np.shape(batch.tokens)
+  for name, x in batch._asdict().items():
+    want = (n, g, t) if name in ("tokens", "mask", "old_logprobs", "ref_logprobs") else (n, g)
+    if tuple(np.shape(x)) != want:
+      raise ValueError(f"batch.{name} has shape {np.shape(x)}, expected {want}")
+  spec = sharding.batch_sharding(mesh, rules, 1).spec[0]
+  axes = () if spec is None else (spec,) if isinstance(spec, str) else spec
+  shards = math.prod(mesh.shape[a] for a in axes)
+  if n % micro_batches:
+    raise ConfigError(
+      "learner.micro_batches", f"{micro_batches} does not divide the {n} groups of a batch"
+    )
+  if (n // micro_batches) % shards:
+    raise ConfigError(
+      "learner.micro_batches",
+      f"each micro-batch holds {n // micro_batches} groups, not divisible over mesh axes "
+      f"{axes} of size {shards}",
+    )
+
+
+class NonFiniteError(FloatingPointError):
+  """A step's loss or gradient norm was not finite; `.state` is the last finite state."""
+
+  def __init__(self, message: str, state=None):
+    super().__init__(message)
+    self.state = state
+
+
+def check_finite(metrics: dict, step: int, state=None) -> None:
+  """Fail fast: raise `NonFiniteError` if the step's loss or gradient norm was not finite."""
+  if float(metrics["finite"]) < 1:
+    raise NonFiniteError(
+      f"step {step}: non-finite loss ({float(metrics['loss'])}) or gradient norm "
+      f"({float(metrics['grad_norm'])}); the update was skipped and the state is the "
+      "last finite one (NonFiniteError.state). Lower the learning rate or check the "
+      "batch's log-probs.",
+      state,
+    )

@@ -1,0 +1,39 @@
+"""Shared builders for learner tests and their subprocess workers."""
+
+import numpy as np
+
+from configs import model_sizes
+from gagar_jax.learner.config import LearnerConfig
+from gagar_jax.learner.learner import Learner
+from gagar_jax.learner.step import Batch
+from gagar_jax.models import transformer
+
+
+def nano_config() -> transformer.ModelConfig:
+  return transformer.ModelConfig.from_dict(model_sizes.get_config("nano"))
+
+
+def make_learner(mesh, **overrides) -> Learner:
+  d = {"optim": {"learning_rate": 3e-3, "warmup_steps": 0, "schedule": "constant"}}
+  for key, value in overrides.items():
+    d[key] = {**d.get(key, {}), **value} if isinstance(value, dict) else value
+  return Learner(LearnerConfig.from_dict(d), nano_config(), mesh)
+
+
+def synthetic_batch(position: int, n: int = 8, g: int = 4, t: int = 24, vocab: int = 96) -> Batch:
+  """A deterministic rollout batch for data position `position` (no log-probs yet)."""
+  rng = np.random.default_rng(1000 + position)
+  tokens = rng.integers(0, vocab, (n, g, t)).astype(np.int32)
+  mask = np.zeros((n, g, t), bool)
+  mask[..., 8:20] = True
+  passed = rng.random((n, g)) < 0.5
+  ranks = rng.integers(0, 3, (n, g)).astype(np.int32)
+  valid = rng.random((n, g)) < 0.95
+  zeros = np.zeros((n, g, t), np.float32)
+  return Batch(tokens, mask, zeros, zeros, passed.astype(np.float32), passed, ranks, valid)
+
+
+def with_logprobs(learner: Learner, state, batch: Batch) -> Batch:
+  """On-policy: old (and reference) log-probs from the current parameters."""
+  old = np.asarray(learner.logprobs(state.params, batch.tokens))
+  return batch._replace(old_logprobs=old, ref_logprobs=old)

@@ -1,0 +1,177 @@
+"""The jitted GRPO/GAGAR learner: compilation, accumulation, learning, sharding, errors."""
+
+import jax
+import numpy as np
+import pytest
+
+from gagar_jax import sharding
+from gagar_jax.errors import ConfigError
+from gagar_jax.learner import step as step_lib
+from gagar_jax.learner import train_state
+from gagar_jax.learner.config import LearnerConfig, OptimConfig
+from tests import helpers
+
+
+@pytest.fixture(scope="module")
+def mesh1():
+  return sharding.make_mesh({"data": 1}, devices=jax.devices()[:1])
+
+
+def _params(state):
+  return [np.asarray(x) for x in jax.tree.leaves(state.params)]
+
+
+def test_step_compiles_once_and_logprobs_match_forward(mesh1):
+  learner = helpers.make_learner(mesh1)
+  state = learner.init(0)
+  for position in range(3):
+    batch = helpers.with_logprobs(learner, state, helpers.synthetic_batch(position))
+    state, metrics = learner.step(state, batch)
+  assert learner.train_step._cache_size() == 1
+  assert int(state.step) == 3
+  assert metrics["finite"] == 1.0 and metrics["tokens"] > 0
+  # On-policy first step: ratio 1 exactly, so nothing is clipped.
+  fresh = learner.init(0)
+  batch = helpers.with_logprobs(learner, fresh, helpers.synthetic_batch(0))
+  _, m0 = learner.step(fresh, batch)
+  assert m0["ratio_mean"] == pytest.approx(1.0, abs=1e-6)
+  assert m0["clip_frac_low"] == m0["clip_frac_high"] == 0.0
+
+
+def test_micro_batches_equal_full_batch(mesh1):
+  results = []
+  for m in (1, 2, 4):
+    learner = helpers.make_learner(mesh1, micro_batches=m)
+    state = learner.init(0)
+    batch = helpers.with_logprobs(learner, state, helpers.synthetic_batch(1))
+    batch = batch._replace(old_logprobs=batch.old_logprobs - 0.05)  # off-policy: ratios != 1
+    state, metrics = learner.step(state, batch)
+    results.append((_params(state), metrics))
+  for params, metrics in results[1:]:
+    for a, b in zip(params, results[0][0], strict=True):
+      np.testing.assert_allclose(a, b, atol=1e-6)
+    assert metrics["loss"] == pytest.approx(results[0][1]["loss"], abs=1e-6)
+    assert metrics["grad_norm"] == pytest.approx(results[0][1]["grad_norm"], rel=1e-5)
+
+
+def _preference_batch(n=4, g=4, t=12):
+  """Every group: slots 0, 1 pass with tokens 10 / 11 at position 6, slots 2, 3 fail
+  with token 12. The grader ranks token 10 above token 11."""
+  tokens = np.full((n, g, t), 3, np.int32)
+  tokens[:, 0, 6], tokens[:, 1, 6], tokens[:, 2:, 6] = 10, 11, 12
+  mask = np.zeros((n, g, t), bool)
+  mask[..., 6] = True
+  passed = np.zeros((n, g), bool)
+  passed[:, :2] = True
+  ranks = np.zeros((n, g), np.int32)
+  ranks[:, 1] = 1
+  zeros = np.zeros((n, g, t), np.float32)
+  valid = np.ones((n, g), bool)
+  return step_lib.Batch(tokens, mask, zeros, zeros, passed.astype(np.float32), passed, ranks, valid)
+
+
+def _train_on(learner, batch, steps):
+  state = learner.init(0)
+  before = np.asarray(learner.logprobs(state.params, batch.tokens))[0, :, 6]
+  for _ in range(steps):
+    state, metrics = learner.step(state, helpers.with_logprobs(learner, state, batch))
+  after = np.asarray(learner.logprobs(state.params, batch.tokens))[0, :, 6]
+  return after - before, metrics
+
+
+def test_policy_learns_and_gagar_favours_better_ranked(mesh1):
+  # GRPO: passing tokens 10 and 11 gain, failing token 12 loses, 10 and 11 about equally.
+  # GAGAR: the better-ranked token 10 gains clearly more than token 11.
+  batch = _preference_batch()
+  grpo = helpers.make_learner(mesh1, advantage={"redistribute": False})
+  gagar = helpers.make_learner(mesh1, advantage={"redistribute": True, "scheme_param": 0.2})
+  d_grpo, m_grpo = _train_on(grpo, batch, 8)
+  d_gagar, m_gagar = _train_on(gagar, batch, 8)
+  assert d_grpo[0] > 0.5 and d_grpo[1] > 0.5 and d_grpo[2] < -0.5
+  assert abs(d_grpo[0] - d_grpo[1]) < 0.1 * abs(d_grpo[0])
+  assert d_gagar[0] > d_gagar[1] + 0.3 * abs(d_gagar[0])
+  assert m_grpo["adv_abs_moved"] == 0.0 and m_gagar["adv_abs_moved"] > 0.1
+  # Linear floor .2 over ranks [0, 1]: weights [1, .2], so A'_0 / A'_1 = 5.
+  assert m_gagar["adv_passing_ratio"] == pytest.approx(5.0, rel=1e-4)
+  assert m_gagar["groups_redistributed"] == 4.0
+
+
+def test_non_finite_step_raises_and_keeps_last_state(mesh1):
+  learner = helpers.make_learner(mesh1)
+  state = learner.init(0)
+  before = _params(state)
+  batch = helpers.synthetic_batch(0)
+  bad = batch._replace(old_logprobs=np.where(batch.mask, np.nan, 0.0).astype(np.float32))
+  with pytest.raises(step_lib.NonFiniteError, match="step 0: non-finite loss") as info:
+    learner.step(state, bad)
+  kept = info.value.state
+  assert int(kept.step) == 0
+  for a, b in zip(_params(kept), before, strict=True):
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize(
+  "config,field",
+  [
+    ({"optim": {"learning_rate": -1.0}}, "learner.optim.learning_rate"),
+    ({"optim": {"lr": 1e-3}}, "learner.optim.lr"),
+    ({"optim": {"warmup_steps": 50, "total_steps": 10}}, "learner.optim.warmup_steps"),
+    ({"loss": {"agg": "sum"}}, "learner.loss.agg"),
+    ({"loss": {"kl_coef": 0.1}}, "learner.loss.kl_coef"),
+    ({"loss": {"dual_clip": 0.5}}, "learner.loss.dual_clip"),
+    ({"advantage": {"scheme_param": 0.0}}, "learner.advantage.scheme_param"),
+    ({"advantage": {"estimator": "ppo"}}, "learner.advantage.estimator"),
+    ({"micro_batches": 0}, "learner.micro_batches"),
+    ({"micro_batches": "2"}, "learner.micro_batches"),
+  ],
+)
+def test_bad_learner_config_names_field(config, field):
+  with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+    LearnerConfig.from_dict(config)
+
+
+def test_batch_that_cannot_split_is_rejected(mesh1):
+  learner = helpers.make_learner(mesh1, micro_batches=3)
+  with pytest.raises(ConfigError, match="learner.micro_batches: 3 does not divide the 8 groups"):
+    learner.shard_batch(helpers.synthetic_batch(0))
+  batch = helpers.synthetic_batch(0)
+  with pytest.raises(ValueError, match=r"batch.ranks has shape \(8, 3\)"):
+    helpers.make_learner(mesh1).shard_batch(batch._replace(ranks=batch.ranks[:, :3]))
+
+
+def test_schedules():
+  cos = train_state.make_schedule(
+    OptimConfig(learning_rate=1.0, warmup_steps=10, total_steps=110, min_lr_ratio=0.1)
+  )
+  # Warmup 0 -> 1 over 10 steps; cosine to 0.1 at step 110; halfway (60): .1 + .9 * .5.
+  assert float(cos(0)) == 0.0 and float(cos(5)) == pytest.approx(0.5)
+  assert float(cos(60)) == pytest.approx(0.55, abs=1e-4)
+  assert float(cos(110)) == pytest.approx(0.1, abs=1e-6)
+  const = train_state.make_schedule(
+    OptimConfig(learning_rate=2.0, schedule="constant", warmup_steps=4)
+  )
+  assert [float(const(s)) for s in (0, 2, 4, 100)] == pytest.approx([0.0, 1.0, 2.0, 2.0])
+
+
+def test_sharded_step_equals_single_device(devices8, mesh1):
+  # State over fsdp x tensor, batch over data (x fsdp): same update and advantages as one device.
+  mesh8 = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+  out = {}
+  for name, mesh in (("single", mesh1), ("sharded", mesh8)):
+    learner = helpers.make_learner(mesh, micro_batches=2)
+    state = learner.init(0)
+    batch = helpers.with_logprobs(learner, state, helpers.synthetic_batch(2))
+    batch = batch._replace(old_logprobs=batch.old_logprobs - 0.05)
+    device_batch = learner.shard_batch(batch)
+    advantages, _ = jax.jit(
+      lambda b, learner=learner: step_lib.compute_advantages(b, learner.config.advantage)
+    )(device_batch)
+    state, metrics = learner.step(state, device_batch)
+    q = state.params["layers"][0]["attn"]["q_proj"].get_value()
+    out[name] = (_params(state), metrics, np.asarray(advantages), q.sharding)
+  assert out["sharded"][3].spec == jax.sharding.PartitionSpec("fsdp", "tensor", None)
+  for a, b in zip(out["sharded"][0], out["single"][0], strict=True):
+    np.testing.assert_allclose(a, b, atol=1e-5)
+  np.testing.assert_allclose(out["sharded"][2], out["single"][2], atol=1e-6)
+  for key in ("loss", "grad_norm", "adv_abs_moved", "entropy"):
+    assert out["sharded"][1][key] == pytest.approx(out["single"][1][key], rel=1e-4, abs=1e-6)
