@@ -1,7 +1,9 @@
-"""Benchmarks: sampler (KV cache vs re-forward), forward+backward throughput, MFU.
+"""Benchmarks: sampler (KV cache vs re-forward), forward+backward and learner-step
+throughput with MFU, and the GAGAR advantage kernel against its NumPy reference.
 
     python experiments/bench.py                      # tiny model, CPU-friendly
     python experiments/bench.py --size=small --batch=16 --gen_len=256
+    python experiments/bench.py --sections=kernel,learner --learner_sizes=tiny,small
 
 Every figure is the median of `--repeats` timed runs after a compile/warm-up
 run, measured in this process. MFU divides the model FLOP rate of the
@@ -22,6 +24,10 @@ from absl import app, flags
 from flax import nnx
 
 from configs import model_sizes
+from gagar_jax import advantages, advantages_reference, sharding
+from gagar_jax.learner.config import LearnerConfig
+from gagar_jax.learner.learner import Learner
+from gagar_jax.learner.step import Batch
 from gagar_jax.models import sampler as sampler_lib
 from gagar_jax.models import transformer
 
@@ -35,6 +41,14 @@ _TRAIN_LEN = flags.DEFINE_integer("train_len", 256, "Tokens per training sequenc
 _MATMUL_N = flags.DEFINE_integer("matmul_n", 1024, "Size of the peak-FLOPs matmul.")
 _REPEATS = flags.DEFINE_integer("repeats", 5, "Timed repetitions (the median is reported).")
 _SKIP_NAIVE = flags.DEFINE_bool("skip_naive", False, "Skip re-forward decoding (slow).")
+_SECTIONS = flags.DEFINE_list(
+  "sections", ["sampler", "model", "learner", "kernel"], "Which benchmarks to run."
+)
+_LEARNER_SIZES = flags.DEFINE_list("learner_sizes", ["tiny", "small"], "Presets for the step.")
+_GROUPS = flags.DEFINE_integer("groups", 4, "Learner step: groups per batch (N).")
+_GROUP_SIZE = flags.DEFINE_integer("group_size", 8, "Learner step: trajectories per group (G).")
+_KERNEL_B = flags.DEFINE_integer("kernel_b", 4096, "Advantage kernel: groups.")
+_KERNEL_G = flags.DEFINE_integer("kernel_g", 16, "Advantage kernel: group size.")
 
 
 def median_time(fn, repeats: int) -> float:
@@ -64,25 +78,7 @@ def train_step_fn(graphdef):
   return jax.jit(jax.value_and_grad(loss_fn))
 
 
-def main(argv):
-  del argv
-  config = transformer.ModelConfig.from_dict(
-    {**model_sizes.get_config(_SIZE.value), "dtype": _DTYPE.value}
-  )
-  model = transformer.create(config, seed=0)
-  graphdef, params = nnx.split(model)
-  repeats = _REPEATS.value
-  rng = np.random.default_rng(0)
-  rows = []
-  print(
-    f"model {_SIZE.value}: {config.num_params() / 1e6:.2f}M params, {_DTYPE.value}, "
-    f"devices {jax.devices()}",
-    flush=True,
-  )
-
-  peak = matmul_peak(_MATMUL_N.value, config.compute_dtype, repeats)
-  rows.append(("matmul peak", f"{_MATMUL_N.value}^3", f"{peak / 1e9:.1f} GFLOP/s", ""))
-
+def bench_sampler(config, graphdef, params, rows, repeats, rng):
   b, p, g = _BATCH.value, _PROMPT.value, _GEN.value
   prompts = rng.integers(0, config.vocab_size, (b, p)).tolist()
   greedy = sampler_lib.SamplingParams(max_new_tokens=g, temperature=0.0)
@@ -92,9 +88,8 @@ def main(argv):
     return sampler.generate(params, sampler.prefill(params, prompts), jax.random.key(0), greedy)[1]
 
   t_cache = median_time(lambda: cached().tokens, repeats)
-  rows.append(
-    ("sample, KV cache", f"B={b} prompt={p} new={g}", f"{b * g / t_cache:,.0f} tok/s", "")
-  )
+  shape = f"B={b} prompt={p} new={g}"
+  rows.append(("sample, KV cache", shape, f"{b * g / t_cache:,.0f} tok/s", ""))
   if not _SKIP_NAIVE.value:
     t_naive = median_time(
       lambda: sampler_lib.generate_without_cache(
@@ -105,12 +100,14 @@ def main(argv):
     rows.append(
       (
         "sample, re-forward",
-        f"B={b} prompt={p} new={g}",
+        shape,
         f"{b * g / t_naive:,.0f} tok/s",
         f"cache speedup {t_naive / t_cache:.1f}x",
       )
     )
 
+
+def bench_model(config, graphdef, params, rows, repeats, rng, peak):
   tb, tl = _TRAIN_BATCH.value, _TRAIN_LEN.value
   tokens = jnp.asarray(rng.integers(0, config.vocab_size, (tb, tl + 1)), jnp.int32)
   step = train_step_fn(graphdef)
@@ -139,10 +136,129 @@ def main(argv):
     )
   )
 
-  widths = [max(len(r[i]) for r in rows + [("what", "shape", "rate", "notes")]) for i in range(4)]
+
+def bench_learner(rows, repeats, rng, peak):
+  """The full GRPO/GAGAR step (advantages, PPO loss, AdamW) on a 1-device mesh."""
+  mesh = sharding.make_mesh({"data": 1}, devices=jax.devices()[:1])
+  for size in _LEARNER_SIZES.value:
+    _bench_learner_size(size, mesh, rows, repeats, rng, peak)
+
+
+def _bench_learner_size(size, mesh, rows, repeats, rng, peak):
+  n, g, t = _GROUPS.value, _GROUP_SIZE.value, _TRAIN_LEN.value
+  config = transformer.ModelConfig.from_dict(
+    {**model_sizes.get_config(size), "dtype": _DTYPE.value}
+  )
+  learner = Learner(LearnerConfig(), config, mesh)
+  tokens = rng.integers(0, config.vocab_size, (n, g, t)).astype(np.int32)
+  mask = np.zeros((n, g, t), bool)
+  mask[..., t // 4 :] = True
+  passed = rng.random((n, g)) < 0.5
+  zeros = np.zeros((n, g, t), np.float32)
+  batch = learner.shard_batch(
+    Batch(
+      tokens,
+      mask,
+      zeros,
+      zeros,
+      passed.astype(np.float32),
+      passed,
+      rng.integers(0, 4, (n, g)).astype(np.int32),
+      np.ones((n, g), bool),
+    )
+  )
+  state = learner.init(0)
+  old = learner.logprobs(state.params, batch.tokens)
+  batch = batch._replace(old_logprobs=old, ref_logprobs=old)
+  holder = [state]
+
+  def run():
+    holder[0], metrics = learner.train_step(holder[0], batch)
+    return metrics["loss"]
+
+  t_step = median_time(run, repeats)
+  tps = n * g * t / t_step
+  achieved = 3 * config.flops_per_token(t) * tps
+  rows.append(
+    (
+      f"learner step ({size}, {config.num_params() / 1e6:.1f}M)",
+      f"N={n} G={g} T={t}",
+      f"{tps:,.0f} tok/s",
+      f"{t_step * 1e3:.0f} ms/step, MFU {achieved / peak:.1%}",
+    )
+  )
+  t_lp = median_time(lambda: learner.logprobs(holder[0].params, batch.tokens), repeats)
+  rows.append(
+    (f"log-prob pass ({size})", f"N={n} G={g} T={t}", f"{n * g * t / t_lp:,.0f} tok/s", "")
+  )
+
+
+def bench_kernel(rows, repeats, rng):
+  """Group advantages + redistribution on [B, G], jitted vs the NumPy reference."""
+  b, g = _KERNEL_B.value, _KERNEL_G.value
+  passed = rng.random((b, g)) < 0.5
+  rewards = passed.astype(np.float32)
+  ranks = rng.integers(0, 4, (b, g)).astype(np.int32)
+  valid = rng.random((b, g)) < 0.95
+
+  @jax.jit
+  def kernel(r, p, k, v):
+    return advantages.redistribute(advantages.group_advantages(r, v), p, k, v)
+
+  args = [jnp.asarray(x) for x in (rewards, passed, ranks, valid)]
+  t_jax = median_time(lambda: kernel(*args), repeats)
+
+  def reference():
+    a = advantages_reference.group_advantages(rewards, valid)
+    return advantages_reference.redistribute(a, passed, ranks, valid)
+
+  t_np = median_time(reference, max(1, repeats // 2))
+  rows.append(
+    (
+      "advantage kernel (jit)",
+      f"B={b} G={g}",
+      f"{t_jax * 1e6:,.0f} us",
+      f"{b / t_jax / 1e6:.1f}M groups/s",
+    )
+  )
+  rows.append(
+    (
+      "advantage kernel (NumPy ref)",
+      f"B={b} G={g}",
+      f"{t_np * 1e6:,.0f} us",
+      f"jit is {t_np / t_jax:,.0f}x faster",
+    )
+  )
+
+
+def main(argv):
+  del argv
+  config = transformer.ModelConfig.from_dict(
+    {**model_sizes.get_config(_SIZE.value), "dtype": _DTYPE.value}
+  )
+  graphdef, params = nnx.split(transformer.create(config, seed=0))
+  repeats, sections = _REPEATS.value, set(_SECTIONS.value)
+  rng = np.random.default_rng(0)
+  rows = []
+  print(
+    f"model {_SIZE.value}: {config.num_params() / 1e6:.2f}M params, {_DTYPE.value}, "
+    f"devices {jax.devices()}",
+    flush=True,
+  )
+  peak = matmul_peak(_MATMUL_N.value, config.compute_dtype, repeats)
+  rows.append(("matmul peak", f"{_MATMUL_N.value}^3", f"{peak / 1e9:.1f} GFLOP/s", ""))
+  if "sampler" in sections:
+    bench_sampler(config, graphdef, params, rows, repeats, rng)
+  if "model" in sections:
+    bench_model(config, graphdef, params, rows, repeats, rng, peak)
+  if "learner" in sections:
+    bench_learner(rows, repeats, rng, peak)
+  if "kernel" in sections:
+    bench_kernel(rows, repeats, rng)
   header = ("what", "shape", "rate", "notes")
+  widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
   print()
-  for r in [header, tuple("-" * w for w in widths)] + rows:
+  for r in [header, tuple("-" * w for w in widths), *rows]:
     print(" | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
 
 

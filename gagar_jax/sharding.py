@@ -181,6 +181,22 @@ def shard_batch(tree, mesh: Mesh, rules=None, field: str = "batch_size"):
   return jax.tree.map(put, tree)
 
 
+def shard_local_batch(tree, mesh: Mesh, rules=None):
+  """Builds global arrays from each process's own rows (multi-host data loading).
+
+  Process p passes the rows `[B / P, ...]` that belong to its devices (in mesh
+  order); the result is the global `[B, ...]` array, sharded like `shard_batch`.
+  """
+
+  def put(x):
+    x = np.asarray(x)
+    sharding = batch_sharding(mesh, rules, x.ndim)
+    global_shape = (x.shape[0] * jax.process_count(),) + x.shape[1:]
+    return jax.make_array_from_process_local_data(sharding, x, global_shape)
+
+  return jax.tree.map(put, tree)
+
+
 def init_model(config: transformer.ModelConfig, mesh: Mesh, rules=None, seed: int = 0):
   """Initialises a `Transformer` straight into its sharded layout.
 

@@ -1,6 +1,7 @@
-"""One process of the 2-process `jax.distributed` test (run by test_distributed.py).
+"""One process of the 2-process `jax.distributed` tests (run by test_distributed.py).
 
-Usage: python tests/distributed_worker.py PORT PROCESS_ID
+Usage: python tests/distributed_worker.py forward PORT PROCESS_ID
+       python tests/distributed_worker.py train PORT PROCESS_ID OUT_DIR
 Each process has 2 CPU devices; together they form a 4-device mesh (data=2, tensor=2).
 """
 
@@ -19,10 +20,11 @@ from jax.experimental import multihost_utils  # noqa: E402
 from configs import model_sizes  # noqa: E402
 from gagar_jax import sharding  # noqa: E402
 from gagar_jax.models import transformer  # noqa: E402
+from tests import helpers  # noqa: E402
 
 
 def main():
-  port, process_id = int(sys.argv[1]), int(sys.argv[2])
+  mode, port, process_id = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
   sharding.initialize_distributed(
     {
       "enabled": True,
@@ -32,8 +34,32 @@ def main():
     }
   )
   assert jax.process_count() == 2 and jax.device_count() == 4, (jax.process_count(), jax.devices())
-  config = transformer.ModelConfig.from_dict(model_sizes.get_config("nano"))
   mesh = sharding.make_mesh({"data": 2, "fsdp": 1, "tensor": 2})
+  if mode == "train":
+    train(mesh, process_id, sys.argv[4])
+  else:
+    forward(mesh, process_id)
+  jax.distributed.shutdown()
+
+
+def train(mesh, process_id, out_dir):
+  """3 steps, each process feeding only its own 4 of the 8 groups."""
+  learner = helpers.make_learner(mesh)
+  state = learner.init(0)
+  for position in range(3):
+    full = helpers.synthetic_batch(position)
+    local = jax.tree.map(lambda x: x[4 * process_id : 4 * (process_id + 1)], full)
+    batch = learner.shard_batch(local, process_local=True)
+    old = learner.logprobs(state.params, batch.tokens)
+    state, metrics = learner.step(state, batch._replace(old_logprobs=old, ref_logprobs=old))
+  params = multihost_utils.process_allgather(state.params, tiled=True)
+  leaves = [np.asarray(x) for x in jax.tree.leaves(params)]
+  np.savez(os.path.join(out_dir, f"params_{process_id}.npz"), *leaves, loss=metrics["loss"])
+  print(f"process {process_id}: devices {jax.device_count()} trained 3 steps", flush=True)
+
+
+def forward(mesh, process_id):
+  config = transformer.ModelConfig.from_dict(model_sizes.get_config("nano"))
   graphdef, params = sharding.init_model(config, mesh, seed=3)
   tokens = np.random.default_rng(0).integers(0, config.vocab_size, (4, 12), np.int32)
   batch = sharding.shard_batch(tokens, mesh)
@@ -43,7 +69,6 @@ def main():
   diff = float(np.abs(np.asarray(gathered) - np.asarray(local)).max())
   print(f"process {process_id}: devices {jax.device_count()} max|diff| {diff:.2e}", flush=True)
   assert diff < 1e-5, diff
-  jax.distributed.shutdown()
 
 
 if __name__ == "__main__":

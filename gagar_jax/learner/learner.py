@@ -47,9 +47,13 @@ class Learner:
       self.model_config, self.optimizer, self.state_shardings, seed, params
     )
 
-  def shard_batch(self, batch: step_lib.Batch) -> step_lib.Batch:
-    """Checks a host batch and lays it out over the mesh (groups over the batch axes)."""
-    step_lib.check_batch(batch, self.mesh, self.config.micro_batches, self.rules)
+  def shard_batch(self, batch: step_lib.Batch, process_local: bool = False) -> step_lib.Batch:
+    """Checks a host batch and lays it out over the mesh (groups over the batch axes).
+
+    With `process_local`, `batch` holds only this process's groups (multi-host).
+    """
+    if not process_local:
+      step_lib.check_batch(batch, self.mesh, self.config.micro_batches, self.rules)
     host = step_lib.Batch(
       *(
         np.asarray(x, dtype)
@@ -60,6 +64,10 @@ class Learner:
         )
       )
     )
+    if process_local:
+      device = sharding.shard_local_batch(host, self.mesh, self.rules)
+      step_lib.check_batch(device, self.mesh, self.config.micro_batches, self.rules)
+      return device
     return sharding.shard_batch(host, self.mesh, self.rules, field="batch.groups")
 
   def logprobs(self, params, tokens) -> jax.Array:

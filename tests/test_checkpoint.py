@@ -1,0 +1,112 @@
+"""Checkpoints: resume in a fresh process equals a straight run; crashes mid-save are safe."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from gagar_jax import sharding
+from gagar_jax.learner.checkpoint import Checkpointer
+from tests import helpers
+from tests.conftest import REPO
+
+WORKER = os.path.join(REPO, "tests", "checkpoint_worker.py")
+
+
+def _env():
+  env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS",)}
+  env["PYTHONPATH"] = REPO
+  return env
+
+
+@pytest.fixture(scope="module")
+def learner():
+  return helpers.make_learner(sharding.make_mesh({"data": 1}, devices=jax.devices()[:1]))
+
+
+def test_resume_in_fresh_process_equals_straight_run(learner, tmp_path):
+  # Straight: 4 steps. Interrupted: 2 steps, checkpoint, a new process restores + 2 steps.
+  state = learner.init(0)
+  straight = state
+  for position in range(4):
+    batch = helpers.with_logprobs(learner, straight, helpers.synthetic_batch(position))
+    straight, _ = learner.step(straight, batch)
+
+  state = learner.init(0)
+  ckpt = Checkpointer(
+    str(tmp_path / "ckpt"), learner.abstract_state, learner.state_shardings, save_every=1
+  )
+  for position in range(2):
+    batch = helpers.with_logprobs(learner, state, helpers.synthetic_batch(position))
+    state, _ = learner.step(state, batch)
+  ckpt.save(int(state.step), state, {"data_position": 2})
+  ckpt.close()
+
+  out = tmp_path / "resumed.npz"
+  proc = subprocess.run(
+    [sys.executable, WORKER, "resume", str(tmp_path / "ckpt"), str(out)],
+    env=_env(),
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  resumed = np.load(out)
+  leaves = [np.asarray(x) for x in jax.tree.leaves(straight)]
+  assert int(resumed["position"]) == 4
+  assert len(leaves) == len(resumed.files) - 1
+  for i, leaf in enumerate(leaves):  # step, params, optimizer state, rng
+    np.testing.assert_allclose(resumed[f"arr_{i}"], leaf, atol=1e-6)
+
+
+def test_interval_and_retention(learner, tmp_path):
+  ckpt = Checkpointer(
+    str(tmp_path), learner.abstract_state, learner.state_shardings, save_every=2, keep=2
+  )
+  state = learner.init(0)
+  saved = [ckpt.save(s, state, {"s": s}) for s in range(7)]
+  assert saved == [True, False, True, False, True, False, True]
+  assert ckpt.save(7, state, {"s": 7}, force=True)
+  assert ckpt.all_steps() == [6, 7]
+  restored, meta = ckpt.restore()
+  assert meta == {"s": 7}
+  for a, b in zip(jax.tree.leaves(restored), jax.tree.leaves(state), strict=True):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  ckpt.close()
+  with pytest.raises(FileNotFoundError, match="no checkpoint"):
+    Checkpointer(str(tmp_path / "empty"), learner.abstract_state, learner.state_shardings).restore()
+
+
+def test_crash_mid_save_never_restores_wrongly(learner, tmp_path):
+  # Kill a process that saves continuously at several random moments; each time the
+  # latest checkpoint must restore to exactly the state saved under that step.
+  directory = str(tmp_path / "churn")
+  rng = np.random.default_rng(0)
+  interrupted = 0
+  for _ in range(4):
+    proc = subprocess.Popen(
+      [sys.executable, WORKER, "churn", directory],
+      env=_env(),
+      stdout=subprocess.PIPE,
+      stderr=subprocess.DEVNULL,
+      text=True,
+    )
+    assert proc.stdout.readline().strip()  # wait until it is saving
+    time.sleep(float(rng.uniform(0.0, 0.5)))
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    interrupted += any("tmp" in name for name in os.listdir(directory))
+    ckpt = Checkpointer(directory, learner.abstract_state, learner.state_shardings)
+    step = ckpt.latest_step()
+    state, meta = ckpt.restore()
+    assert meta == {"step": step}
+    for leaf in jax.tree.leaves(state):
+      np.testing.assert_array_equal(np.asarray(leaf), step)
+    ckpt.close()
+  # At least one kill landed mid-save (a half-written temporary directory was left).
+  assert interrupted >= 1
