@@ -280,6 +280,14 @@ class SandboxPool:
       raise SandboxError("isolation required but unavailable (the pool must run as root)")
     return _Worker(worker_id, self.config, self._server_cfg(worker_id), self._interpreter)
 
+  def _replace(self, worker: _Worker) -> _Worker:
+    worker.close()
+    with self._lock:
+      self.stats["worker_restarts"] += 1
+    fresh = self._start(worker.worker_id)
+    self._workers[worker.worker_id] = fresh
+    return fresh
+
   def _fallback_warning(self, why: str):
     with self._lock:
       self.stats["fallbacks"] += 1
@@ -296,16 +304,14 @@ class SandboxPool:
     job = dict(job, secret=secret, limits=self._server_cfg(0)["limits"])
     worker = self._free.get()
     try:
+      if not worker.alive():  # died between jobs: replace it before use
+        worker = self._replace(worker)
       try:
         raw = worker.run(job, self.config.wall_s + 5)
       except (SandboxError, OSError) as e:
         raw = {"status": "error", "detail": f"worker died: {e}"}
-      if not worker.alive() or raw.get("detail", "").startswith("worker died"):
-        worker.close()
-        with self._lock:
-          self.stats["worker_restarts"] += 1
-        worker = self._start(worker.worker_id)
-        self._workers[worker.worker_id] = worker
+      if not worker.alive():
+        worker = self._replace(worker)
     finally:
       self._free.put(worker)
     return self._check_result(raw, secret)
