@@ -1,0 +1,151 @@
+"""A scripted expert that solves MiniRepo tasks through the agent's action format,
+with knobs that inject the habits GAGAR's grader should rank down.
+
+    expert = Expert(HabitConfig(out_of_scope=0.3, dead_code=0.2), seed=0)
+    demo = expert.demonstrate(task)      # actions, observations, final files, signals
+
+Habits (each applied to a demonstration with its probability):
+  redundant_view   view a file already shown in the prompt
+  extra_test       run the tests again with nothing changed
+  out_of_scope     a behaviour-preserving edit in another function (redundant
+                   parentheses, `+ 0`, `* 1`)
+  dead_code        an unused assignment or `pass` inserted into the fixed function
+  large_edit       retype the whole faulty line instead of the minimal span
+  no_test          submit without running the tests
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+
+import numpy as np
+
+from gagar_jax.envs import minirepo, quality, tools
+
+
+@dataclasses.dataclass(frozen=True)
+class HabitConfig:
+  redundant_view: float = 0.0
+  extra_test: float = 0.0
+  out_of_scope: float = 0.0
+  dead_code: float = 0.0
+  large_edit: float = 0.0
+  no_test: float = 0.0
+
+  def __post_init__(self):
+    for f in dataclasses.fields(self):
+      value = getattr(self, f.name)
+      if not 0.0 <= value <= 1.0:
+        raise ValueError(f"expert.{f.name}: a probability in [0, 1], got {value}")
+
+
+@dataclasses.dataclass
+class Demonstration:
+  task: minirepo.Task
+  prompt: str
+  turns: list[tools.Turn]
+  files: dict[str, str]
+  habits: tuple[str, ...]
+  signals: quality.QualitySignals
+  passed: bool
+
+
+def _return_line(source: str, func: str) -> str | None:
+  for node in ast.parse(source).body:
+    if isinstance(node, ast.FunctionDef) and node.name == func:
+      rets = [n for n in node.body if isinstance(n, ast.Return)]
+      if rets:
+        return source.splitlines()[rets[-1].lineno - 1].strip()
+  return None
+
+
+class Expert:
+  def __init__(self, habits: HabitConfig | None = None, seed: int = 0, pool=None):
+    self.habits = habits or HabitConfig()
+    self.rng = np.random.default_rng(seed)
+    self.pool = pool
+
+  def _fix_actions(self, task: minirepo.Task, large: bool) -> list[str]:
+    bug = task.bug
+    if bug.kind == "missing_case":
+      # The guard the reference has and the buggy function lacks, as one line at the top
+      # of the body (same behaviour: the guard only returns early).
+      def fn_of(source):
+        return next(
+          n
+          for n in ast.parse(source).body
+          if isinstance(n, ast.FunctionDef) and n.name == bug.function
+        )
+
+      have = {ast.dump(n) for n in fn_of(task.files[bug.path]).body}
+      guard = next(
+        n
+        for n in fn_of(task.reference_files[bug.path]).body
+        if isinstance(n, ast.If) and ast.dump(n) not in have
+      )
+      return [f"insert {bug.function}: if {ast.unparse(guard.test)}: {ast.unparse(guard.body[0])}"]
+    if large:
+      line = task.files[bug.path].splitlines()[bug.line - 1].strip()
+      fixed = line.replace(bug.old, bug.new, 1)
+      if task.files[bug.path].count(line) == 1:
+        return [f"replace {bug.function}: {line} => {fixed}"]
+    return [f"replace {bug.function}: {bug.old} => {bug.new}"]
+
+  def _out_of_scope_action(self, task: minirepo.Task) -> str | None:
+    others = [(f, p) for f, p in task.functions().items() if f != task.bug.function]
+    if not others:
+      return None
+    func, path = others[int(self.rng.integers(len(others)))]
+    line = _return_line(task.files[path], func)
+    if line is None or not line.startswith("return "):
+      return None
+    expr = line[len("return ") :]
+    new = [f"return ({expr})", f"return {expr} + 0", f"return {expr} * 1"][
+      int(self.rng.integers(3))
+    ]
+    return f"replace {func}: {line} => {new}"
+
+  def plan(self, task: minirepo.Task) -> tuple[list[str], tuple[str, ...]]:
+    """The actions of one demonstration and the habits it carries."""
+    h, draw = self.habits, lambda p: bool(self.rng.random() < p)
+    habits = [name for name in (f.name for f in dataclasses.fields(h)) if draw(getattr(h, name))]
+    actions = []
+    if "redundant_view" in habits:
+      actions.append(f"view {task.bug.path}")
+    actions += self._fix_actions(task, "large_edit" in habits)
+    if "out_of_scope" in habits:
+      extra = self._out_of_scope_action(task)
+      if extra:
+        actions.append(extra)
+      else:
+        habits.remove("out_of_scope")
+    if "dead_code" in habits:
+      actions.append(
+        f"insert {task.bug.function}: {['unused = 0', 'pass'][int(self.rng.integers(2))]}"
+      )
+    if "no_test" not in habits:
+      actions.append("test")
+      if "extra_test" in habits:
+        actions.append("test")
+    elif "extra_test" in habits:
+      habits.remove("extra_test")
+    actions.append("submit")
+    return actions, tuple(habits)
+
+  def demonstrate(self, task: minirepo.Task, *, max_turns: int = 8) -> Demonstration:
+    """Plays the plan in an `Episode` (tests run in the sandbox) and evaluates it."""
+    actions, habits = self.plan(task)
+    episode = tools.Episode(task, max_turns=max(max_turns, len(actions)), pool=self.pool)
+    for action in actions:
+      episode.step(action)
+    result = minirepo.evaluate(task, episode.files, self.pool)
+    return Demonstration(
+      task=task,
+      prompt=episode.prompt(),
+      turns=episode.turns,
+      files=episode.files,
+      habits=habits,
+      signals=quality.signals(task, episode.files, episode.turns),
+      passed=result.passed,
+    )

@@ -1,0 +1,425 @@
+"""MiniRepo: generated code-repair tasks a tiny policy can learn to act in.
+
+A task is a small Python package (`pkg/`, one or more modules of short
+functions) with one injected bug, a bug report naming the faulty function by a
+call and its wrong and right results, visible tests the agent may run, hidden
+tests it never sees (every function of the package on many inputs, boundary
+values included), and the minimal reference fix.
+
+Designed for learnability (see README, "MiniRepo"): the faulty function is named
+in the issue, so the agent addresses its edit by copying that name instead of
+finding a line number; the minimal fix replaces a short span that is unique in
+the function (`replace scale: a + b => a - b`); the whole episode fits in a few
+hundred BPE tokens.
+
+    task = generate_task(7, n_functions=3, bug_kinds=("operator", "constant"))
+    evaluate(task, task.reference_files).passed   # True
+    evaluate(task, task.files).passed             # False
+"""
+
+from __future__ import annotations
+
+import ast
+import atexit
+import dataclasses
+import hashlib
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from gagar_jax.envs import sandbox as sandbox_lib
+
+BUG_KINDS = ("operator", "comparison", "constant", "variable", "off_by_one", "missing_case")
+DEFAULT_BUG_KINDS = ("operator", "comparison", "constant", "variable", "off_by_one")
+PACKAGE = "pkg"
+
+_NAMES_VERB = (
+  "scale",
+  "clip",
+  "count",
+  "shift",
+  "mix",
+  "score",
+  "blend",
+  "limit",
+  "weigh",
+  "total",
+  "bump",
+  "trim",
+)
+_NAMES_NOUN = ("value", "price", "level", "step", "size", "rate", "load", "gain", "cost", "area")
+_VARS = ("x", "y", "a", "b", "n", "k", "m", "v")
+_MODULES = ("core", "util", "calc", "stats", "ops")
+_SWAP_OP = {"+": "-", "-": "+", "*": "+"}
+_SWAP_CMP = {"<": "<=", "<=": "<", ">": ">=", ">=": ">"}
+
+
+@dataclasses.dataclass(frozen=True)
+class TestCase:
+  """`module.func(*args) == expected` (module like `pkg.core`)."""
+
+  module: str
+  func: str
+  args: tuple
+  expected: Any
+
+  def call_text(self) -> str:
+    return f"{self.func}({', '.join(map(repr, self.args))})"
+
+
+@dataclasses.dataclass(frozen=True)
+class Bug:
+  """Where the bug is and the minimal span edit that fixes it."""
+
+  path: str
+  function: str
+  kind: str
+  old: str  # unique span in the buggy function ...
+  new: str  # ... and its replacement in the fix
+  line: int  # 1-based line of the edit in the buggy file
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  task_id: str
+  seed: int
+  files: dict[str, str]
+  issue: str
+  visible_tests: tuple[TestCase, ...]
+  hidden_tests: tuple[TestCase, ...]
+  reference_files: dict[str, str]
+  bug: Bug
+  difficulty: dict[str, Any]
+
+  def functions(self) -> dict[str, str]:
+    """function name -> path of the module defining it."""
+    out = {}
+    for path, src in self.files.items():
+      for node in ast.parse(src).body:
+        if isinstance(node, ast.FunctionDef):
+          out[node.name] = path
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalResult:
+  """`passed` is the reward. `status`: passed | failed | error | timeout | crashed."""
+
+  passed: bool
+  status: str
+  n_passed: int
+  n_total: int
+  failures: tuple[str, ...] = ()
+
+
+# ---------------------------------------------------------------------------- templates
+
+
+@dataclasses.dataclass
+class _Fn:
+  name: str
+  params: tuple[str, ...]
+  lines: list[str]  # body lines of the correct function, indented by 4
+  arg_kind: str  # "ints" | "int" | "list"
+  # candidate bugs: kind -> list of (line index in body, old span, new span); the
+  # buggy code has `new` where the correct code has `old`.
+  bugs: dict[str, list[tuple[int, str, str]]]
+  guard: tuple[int, list[str]] | None = None  # lines removable for "missing_case"
+
+  def source(self) -> str:
+    return f"def {self.name}({', '.join(self.params)}):\n" + "\n".join(self.lines) + "\n"
+
+
+def _arith(rng, name, used):
+  a, b = rng.choice(_VARS, 2, replace=False)
+  op1 = rng.choice(["+", "-", "*"])
+  op2 = rng.choice(["+", "-"])
+  c = int(rng.integers(2, 10))
+  body = [f"    return {a} {op1} {b} {op2} {c}"]
+  bugs = {
+    "operator": [(0, f"{a} {op1} {b}", f"{a} {_SWAP_OP[op1]} {b}")],
+    "constant": [(0, f"{op2} {c}", f"{op2} {c + 1}")],
+    "variable": [(0, f"{a} {op1} {b}", f"{a} {op1} {a}")],
+  }
+  return _Fn(name, (a, b), body, "ints", bugs)
+
+
+def _cond(rng, name, used):
+  x = rng.choice(_VARS)
+  cmp = rng.choice(["<", "<=", ">", ">="])
+  c1, c2, c3 = (int(v) for v in rng.integers(0, 9, 3))
+  op = rng.choice(["+", "-", "*"])
+  body = [f"    if {x} {cmp} {c1}:", f"        return {x} {op} {c2}", f"    return {c3}"]
+  bugs = {
+    "comparison": [(0, f"{x} {cmp} {c1}", f"{x} {_SWAP_CMP[cmp]} {c1}")],
+    "constant": [(0, f"{cmp} {c1}", f"{cmp} {c1 + 1}"), (2, f"return {c3}", f"return {c3 + 2}")],
+    "operator": [(1, f"{x} {op} {c2}", f"{x} {_SWAP_OP[op]} {c2}")],
+  }
+  return _Fn(name, (x,), body, "int", bugs)
+
+
+def _loop(rng, name, used):
+  n = rng.choice(["n", "k", "m"])
+  c0 = int(rng.integers(0, 5))
+  step = int(rng.integers(1, 4))
+  body = [
+    f"    total = {c0}",
+    f"    for i in range({n}):",
+    f"        total += i * {step}",
+    "    return total",
+  ]
+  bugs = {
+    "off_by_one": [(1, f"range({n})", f"range({n} + 1)"), (1, f"range({n})", f"range(1, {n})")],
+    "constant": [(0, f"total = {c0}", f"total = {c0 + 1}"), (2, f"* {step}", f"* {step + 1}")],
+    "operator": [(2, "total += i", "total -= i")],
+    "variable": [(2, f"i * {step}", f"{n} * {step}")],
+  }
+  guard = (1, [f"    if {n} < 0:", "        return 0"])
+  return _Fn(name, (n,), body, "int", bugs, guard)
+
+
+def _slice(rng, name, used):
+  xs = rng.choice(["xs", "items", "vals"])
+  k = int(rng.integers(0, 3))
+  c = int(rng.integers(1, 9))
+  op = rng.choice(["+", "-"])
+  body = [f"    return sum({xs}[{k}:]) {op} {c}"]
+  bugs = {
+    "off_by_one": [(0, f"{xs}[{k}:]", f"{xs}[{k + 1}:]")],
+    "constant": [(0, f"{op} {c}", f"{op} {c + 1}")],
+    "operator": [(0, f"{op} {c}", f"{_SWAP_OP[op]} {c}")],
+  }
+  guard = (0, [f"    if not {xs}:", "        return 0"])
+  return _Fn(name, (xs,), body, "list", bugs, guard)
+
+
+def _pick(rng, name, used):
+  a, b = rng.choice(_VARS, 2, replace=False)
+  fn = rng.choice(["max", "min"])
+  c = int(rng.integers(1, 9))
+  body = [f"    return {fn}({a}, {b} + {c})"]
+  bugs = {
+    "operator": [(0, f"{fn}(", f"{'min' if fn == 'max' else 'max'}(")],
+    "constant": [(0, f"+ {c}", f"+ {c + 1}")],
+    "variable": [(0, f"({a}, {b}", f"({b}, {b}")],
+  }
+  return _Fn(name, (a, b), body, "ints", bugs)
+
+
+_TEMPLATES = (_arith, _cond, _loop, _slice, _pick)
+
+
+def _inputs(fn: _Fn, rng, count: int, boundary: list[int]) -> list[tuple]:
+  out = []
+  for i in range(count):
+    if fn.arg_kind == "ints":
+      out.append(tuple(int(v) for v in rng.integers(-9, 10, len(fn.params))))
+    elif fn.arg_kind == "int":
+      pool = boundary if i < len(boundary) else None
+      out.append((int(pool[i]) if pool else int(rng.integers(-3, 12)),))
+    else:
+      size = int(rng.integers(0, 6))
+      out.append(([int(v) for v in rng.integers(-5, 10, size)],))
+  return out
+
+
+def _run_trusted(source: str, func: str, args: tuple):
+  """Runs our own generated code (never a candidate's) to compute expectations."""
+  namespace: dict[str, Any] = {}
+  exec(compile(source, "<minirepo>", "exec"), namespace)
+  try:
+    return True, namespace[func](*[list(a) if isinstance(a, list) else a for a in args])
+  except Exception as e:  # e.g. a buggy slice on an empty list
+    return False, type(e).__name__
+
+
+def _unique_in(span: str, body: str) -> bool:
+  return body.count(span) == 1
+
+
+# ---------------------------------------------------------------------------- generation
+
+
+def generate_task(
+  seed: int,
+  *,
+  n_files: int = 1,
+  n_functions: int = 3,
+  bug_kinds: Sequence[str] = DEFAULT_BUG_KINDS,
+  distractors: int = 0,
+  n_hidden: int = 16,
+) -> Task:
+  """A deterministic task for `(seed, difficulty)`.
+
+  Args:
+    seed: the task's seed.
+    n_files: modules in the package.
+    n_functions: functions per module.
+    bug_kinds: kinds the injected bug is drawn from (see BUG_KINDS).
+    distractors: extra helper functions (same shapes, never buggy) per module.
+    n_hidden: hidden test inputs per function (boundary values included).
+  """
+  bug_kinds = tuple(bug_kinds)
+  for kind in bug_kinds:
+    if kind not in BUG_KINDS:
+      raise ValueError(f"bug kind {kind!r}: must be one of {BUG_KINDS}")
+  if n_files < 1 or n_functions < 1 or not bug_kinds:
+    raise ValueError("need at least one file, one function and one bug kind")
+  difficulty = dict(
+    n_files=n_files,
+    n_functions=n_functions,
+    bug_kinds=bug_kinds,
+    distractors=distractors,
+    n_hidden=n_hidden,
+  )
+  key = hashlib.sha256(repr((seed, sorted(difficulty.items()))).encode()).digest()
+  rng = np.random.default_rng(int.from_bytes(key[:8], "little"))
+  for _ in range(200):
+    task = _try_generate(rng, seed, difficulty)
+    if task is not None:
+      return task
+  raise RuntimeError(f"could not generate a task for seed {seed} and {difficulty}")
+
+
+def _try_generate(rng, seed, difficulty):
+  n_files, n_functions = difficulty["n_files"], difficulty["n_functions"]
+  per_file = n_functions + difficulty["distractors"]
+  names = set()
+  modules = list(rng.choice(_MODULES, n_files, replace=False))
+  fns: dict[str, list[_Fn]] = {}
+  for module in modules:
+    fns[module] = []
+    for _ in range(per_file):
+      while True:
+        name = f"{rng.choice(_NAMES_VERB)}_{rng.choice(_NAMES_NOUN)}"
+        if name not in names:
+          names.add(name)
+          break
+      template = _TEMPLATES[int(rng.integers(len(_TEMPLATES)))]
+      fns[module].append(template(rng, name, names))
+  # The buggy function: one of the first n_functions of a random module, with a bug
+  # of an allowed kind that its template supports.
+  candidates = [
+    (m, i, kind)
+    for m in modules
+    for i, fn in enumerate(fns[m][:n_functions])
+    for kind in difficulty["bug_kinds"]
+    if kind in fn.bugs or (kind == "missing_case" and fn.guard)
+  ]
+  if not candidates:
+    return None
+  module, index, kind = candidates[int(rng.integers(len(candidates)))]
+  fn = fns[module][index]
+  path = f"{PACKAGE}/{module}.py"
+
+  if kind == "missing_case":
+    at, guard = fn.guard
+    correct = _Fn(fn.name, fn.params, fn.lines[:at] + guard + fn.lines[at:], fn.arg_kind, {})
+    buggy = fn
+    bug_line, old, new = at, None, None
+  else:
+    line, good, bad = fn.bugs[kind][int(rng.integers(len(fn.bugs[kind])))]
+    correct = fn
+    buggy_lines = list(fn.lines)
+    buggy_lines[line] = buggy_lines[line].replace(good, bad, 1)
+    buggy = _Fn(fn.name, fn.params, buggy_lines, fn.arg_kind, {})
+    bug_line, old, new = line, bad, good
+    if not _unique_in(bad, "\n".join(buggy_lines)) or buggy_lines == fn.lines:
+      return None
+
+  def render(module_fns, swap=None):
+    return "\n\n".join((swap if swap and f.name == swap.name else f).source() for f in module_fns)
+
+  reference = {f"{PACKAGE}/__init__.py": ""}
+  files = {f"{PACKAGE}/__init__.py": ""}
+  for m in modules:
+    reference[f"{PACKAGE}/{m}.py"] = render(fns[m], correct if m == module else None)
+    files[f"{PACKAGE}/{m}.py"] = render(fns[m], buggy if m == module else None)
+
+  # Hidden tests: every function, random inputs plus boundary values around constants.
+  hidden, boundary = [], []
+  for node in ast.walk(ast.parse(correct.source())):
+    if isinstance(node, ast.Constant) and isinstance(node.value, int):
+      boundary += [node.value - 1, node.value, node.value + 1]
+  boundary = sorted(set(boundary + [-1, 0, 1]))
+  distinguishing = []
+  for m in modules:
+    for f in fns[m]:
+      src = correct.source() if f.name == correct.name else f.source()
+      is_bug = f.name == fn.name and m == module
+      count = difficulty["n_hidden"] + (len(boundary) if is_bug else 0)
+      for args in _inputs(f, rng, count, boundary if is_bug else []):
+        ok, expected = _run_trusted(src, f.name, args)
+        if not ok:
+          continue
+        case = TestCase(f"{PACKAGE}.{m}", f.name, args, expected)
+        hidden.append(case)
+        if is_bug:
+          bok, got = _run_trusted(buggy.source(), f.name, args)
+          if not bok or got != expected:
+            distinguishing.append((case, got if bok else f"raises {got}"))
+  if not distinguishing:
+    return None  # the bug would be invisible to the hidden tests
+  example, wrong = distinguishing[int(rng.integers(len(distinguishing)))]
+  issue = f"{example.call_text()} returns {wrong!r} but should return {example.expected!r}."
+  if isinstance(wrong, str) and wrong.startswith("raises"):
+    issue = f"{example.call_text()} {wrong} but should return {example.expected!r}."
+  visible = [example] + [c for c in hidden if c.func == fn.name and c != example][:2]
+  buggy_lines = files[path].splitlines()
+  def_line = next(i for i, line in enumerate(buggy_lines) if line.startswith(f"def {fn.name}("))
+  bug = Bug(path, fn.name, kind, old or "", new or "", def_line + 2 + bug_line)
+  digest = hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest()[:10]
+  return Task(
+    task_id=f"minirepo-{seed}-{digest}",
+    seed=seed,
+    files=files,
+    issue=issue,
+    visible_tests=tuple(visible),
+    hidden_tests=tuple(hidden),
+    reference_files=reference,
+    bug=bug,
+    difficulty=difficulty,
+  )
+
+
+# ---------------------------------------------------------------------------- evaluation
+
+_DEFAULT_POOL: sandbox_lib.SandboxPool | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def default_pool() -> sandbox_lib.SandboxPool:
+  """A process-wide sandbox pool, created on first use and closed at exit."""
+  global _DEFAULT_POOL
+  with _POOL_LOCK:
+    if _DEFAULT_POOL is None:
+      _DEFAULT_POOL = sandbox_lib.SandboxPool()
+      atexit.register(_DEFAULT_POOL.close)
+    return _DEFAULT_POOL
+
+
+def run_tests(files: dict[str, str], tests: Sequence[TestCase], pool=None) -> EvalResult:
+  """Runs `tests` against `files` in the sandbox; expectations never leave this process."""
+  pool = pool or default_pool()
+  result = pool.call(files, [(t.module, t.func, list(t.args)) for t in tests])
+  failures = []
+  n_passed = 0
+  for t, r in zip(tests, result.calls + [None] * (len(tests) - len(result.calls)), strict=True):
+    if r is not None and r.ok and r.value == t.expected and type(r.value) is type(t.expected):
+      n_passed += 1
+    elif r is None:
+      failures.append(f"{t.call_text()} did not run ({result.status})")
+    elif r.ok:
+      failures.append(f"{t.call_text()} returned {r.value!r}, expected {t.expected!r}")
+    else:
+      failures.append(f"{t.call_text()} raised {r.error}")
+  passed = result.status == "ok" and n_passed == len(tests) and len(tests) > 0
+  status = "passed" if passed else ("failed" if result.status == "ok" else result.status)
+  return EvalResult(passed, status, n_passed, len(tests), tuple(failures))
+
+
+def evaluate(task: Task, files: dict[str, str], pool=None) -> EvalResult:
+  """Hidden tests against a candidate's final files, in the sandbox. The reward is `passed`."""
+  return run_tests(files, task.hidden_tests, pool)

@@ -1,0 +1,178 @@
+"""Quality signals of a finished MiniRepo episode, for graders and metrics (never the reward).
+
+    signals = quality.signals(task, episode.files, episode.turns)
+    signals.bloated   # any out-of-scope edit, dead code or redundant action
+
+Definitions:
+  diff_lines          changed lines (unified diff against the original files)
+  excess_diff_lines   diff_lines minus those of the reference fix (>= 0 if minimal)
+  out_of_scope_lines  changed lines outside the buggy function (any file)
+  out_of_scope_functions  functions other than the buggy one whose code changed
+  out_of_scope_files  files other than the buggy one that changed
+  dead_code           added statements with no effect: `pass`, bare constants,
+                      assignments never read, code after `return`, `if False:`
+  redundant_views     views of a file whose content the agent already had
+  redundant_tests     test runs with no edit since the previous run
+  invalid_actions     actions that produced an `error:` observation
+  tested              whether the agent ran the tests before submitting
+  turns               actions taken
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import difflib
+
+from gagar_jax.envs import minirepo
+
+
+@dataclasses.dataclass(frozen=True)
+class QualitySignals:
+  diff_lines: int
+  excess_diff_lines: int
+  out_of_scope_lines: int
+  out_of_scope_functions: int
+  out_of_scope_files: int
+  dead_code: int
+  redundant_views: int
+  redundant_tests: int
+  invalid_actions: int
+  tested: bool
+  turns: int
+
+  @property
+  def out_of_scope(self) -> bool:
+    return self.out_of_scope_lines > 0 or self.out_of_scope_functions > 0
+
+  @property
+  def redundant(self) -> bool:
+    return self.redundant_views > 0 or self.redundant_tests > 0
+
+  @property
+  def bloated(self) -> bool:
+    """Carries at least one habit the grader should rank down."""
+    return self.out_of_scope or self.dead_code > 0 or self.redundant or self.excess_diff_lines > 0
+
+  def as_dict(self) -> dict:
+    d = dataclasses.asdict(self)
+    d.update(out_of_scope=self.out_of_scope, redundant=self.redundant, bloated=self.bloated)
+    return d
+
+
+def _changed_lines(old: str, new: str) -> tuple[int, set[int]]:
+  """(number of changed lines, 0-based original line indices touched)."""
+  a, b = old.splitlines(), new.splitlines()
+  count, touched = 0, set()
+  for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+    if tag == "equal":
+      continue
+    count += max(i2 - i1, j2 - j1)
+    touched.update(range(i1, max(i2, i1 + 1)))
+  return count, touched
+
+
+def _functions(source: str) -> dict[str, str]:
+  try:
+    tree = ast.parse(source)
+  except SyntaxError:
+    return {}
+  return {n.name: ast.dump(n) for n in tree.body if isinstance(n, ast.FunctionDef)}
+
+
+def _function_lines(source: str, name: str) -> set[int]:
+  try:
+    for node in ast.parse(source).body:
+      if isinstance(node, ast.FunctionDef) and node.name == name:
+        return set(range(node.lineno - 1, node.end_lineno))
+  except SyntaxError:
+    pass
+  return set()
+
+
+def _dead_statements(source: str) -> int:
+  """Statements that do nothing, in every function of `source`."""
+  try:
+    tree = ast.parse(source)
+  except SyntaxError:
+    return 0
+  dead = 0
+  for fn in [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]:
+    loads = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    for block in [fn.body] + [n.body for n in ast.walk(fn) if hasattr(n, "body") and n is not fn]:
+      if not isinstance(block, list):
+        continue
+      returned = False
+      for stmt in block:
+        if returned:
+          dead += 1
+          continue
+        if (
+          isinstance(stmt, ast.Pass)
+          or (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant))
+          or isinstance(stmt, ast.Assign)
+          and all(isinstance(t, ast.Name) and t.id not in loads for t in stmt.targets)
+          or (
+            isinstance(stmt, ast.If) and isinstance(stmt.test, ast.Constant) and not stmt.test.value
+          )
+        ):
+          dead += 1
+        if isinstance(stmt, ast.Return | ast.Raise):
+          returned = True
+  return dead
+
+
+def signals(
+  task: minirepo.Task, files: dict[str, str], turns, *, show_files: bool = True
+) -> QualitySignals:
+  """Signals of `files` (final) and `turns` (a list of `tools.Turn`) for `task`.
+
+  `show_files`: whether the prompt showed every file (then a first view is redundant).
+  """
+  bug_path, bug_fn = task.bug.path, task.bug.function
+  diff = ref_diff = out_lines = out_files = 0
+  out_fns = 0
+  dead = 0
+  for path, original in task.files.items():
+    new = files.get(path, "")
+    n, touched = _changed_lines(original, new)
+    diff += n
+    ref_diff += _changed_lines(original, task.reference_files.get(path, ""))[0]
+    dead += max(0, _dead_statements(new) - _dead_statements(original))
+    if n == 0:
+      continue
+    scope = _function_lines(original, bug_fn) if path == bug_path else set()
+    out_lines += len(touched - scope)
+    if path != bug_path:
+      out_files += 1
+    before, after = _functions(original), _functions(new)
+    out_fns += sum(1 for name in before if name != bug_fn and after.get(name, "") != before[name])
+  views = tests = 0
+  seen = set(task.files) if show_files else set()
+  edited_since_test = True
+  for turn in turns:
+    if turn.kind == "view":
+      path = turn.action.split(maxsplit=1)[1] if " " in turn.action else ""
+      if path in seen:
+        views += 1
+      seen.add(path)
+    elif turn.kind == "test":
+      if not edited_since_test:
+        tests += 1
+      edited_since_test = False
+    if turn.changed:
+      edited_since_test = True
+      seen = set()
+  return QualitySignals(
+    diff_lines=diff,
+    excess_diff_lines=max(0, diff - ref_diff),
+    out_of_scope_lines=out_lines,
+    out_of_scope_functions=out_fns,
+    out_of_scope_files=out_files,
+    dead_code=dead,
+    redundant_views=views,
+    redundant_tests=tests,
+    invalid_actions=sum(1 for t in turns if t.kind == "error"),
+    tested=any(t.kind == "test" for t in turns),
+    turns=len(turns),
+  )
