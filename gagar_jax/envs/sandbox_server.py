@@ -345,6 +345,9 @@ def _run_check(job, cand):
   def candidate(*args):
     return cand.call(check["module"], check["entry_point"], list(args))
 
+  # As in HumanEval's own program (prompt + completion + test), the entry point's
+  # name refers to the candidate inside the check code too.
+  namespace[check["entry_point"]] = candidate
   try:
     namespace["check"](candidate)
     return True, "passed"

@@ -7,6 +7,7 @@ One action per turn; the policy ends it with the end-of-action marker. Format:
     insert <func>: <code>             new first line of <func>'s body (indented for you)
     insert <path> <n>: <code>         new line before line n (text as given)
     delete <path> <n>                 remove line n
+    write <path>                      replace the whole file with the lines that follow
     test                              run the visible tests (summary)
     submit                            end the episode
 
@@ -23,8 +24,8 @@ import re
 
 from gagar_jax.envs import minirepo
 
-ACTIONS = ("view", "replace", "insert", "delete", "test", "submit")
-HELP = "actions: view, replace, insert, delete, test, submit"
+ACTIONS = ("view", "replace", "insert", "delete", "write", "test", "submit")
+HELP = "actions: view, replace, insert, delete, write, test, submit"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +48,7 @@ _INSERT_FUNC = re.compile(r"^insert ([A-Za-z_]\w*): (.+)$", re.S)
 _INSERT_LINE = re.compile(r"^insert (\S+\.py) (\d+): (.*)$", re.S)
 _DELETE = re.compile(r"^delete (\S+\.py) (\d+)$")
 _VIEW = re.compile(r"^view (\S+)$")
+_WRITE = re.compile(r"^write (\S+\.py)\n(.*)$", re.S)
 
 
 def parse_action(text: str) -> Action:
@@ -54,6 +56,8 @@ def parse_action(text: str) -> Action:
   text = text.strip()
   if text in ("test", "submit"):
     return Action(text)
+  if m := _WRITE.match(text):
+    return Action("write", path=m[1], text=m[2] + "\n")
   if m := _VIEW.match(text):
     return Action("view", path=m[1])
   if m := _REPLACE.match(text):
@@ -207,6 +211,10 @@ class Episode:
       lines.insert(at, text)
       self.files[path] = "\n".join(lines) + "\n"
       return f"ok: inserted {path} line {at + 1}", True
+    if a.kind == "write":
+      path = self._path(a.path)
+      self.files[path] = a.text
+      return f"ok: wrote {path} ({a.text.count(chr(10))} lines)", True
     if a.kind == "delete":
       path = self._path(a.path)
       lines = self.files[path].splitlines()
