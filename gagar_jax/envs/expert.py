@@ -134,8 +134,15 @@ class Expert:
     return actions, tuple(habits)
 
   def demonstrate(self, task: minirepo.Task, *, max_turns: int = 8) -> Demonstration:
-    """Plays the plan in an `Episode` (tests run in the sandbox) and evaluates it."""
+    """Plans (draws habits) and plays one demonstration."""
     actions, habits = self.plan(task)
+    return self.play(task, actions, habits, max_turns=max_turns)
+
+  def play(self, task: minirepo.Task, actions, habits, *, max_turns: int = 8) -> Demonstration:
+    """Plays planned actions in an `Episode` (tests run in the sandbox) and evaluates.
+
+    Thread-safe: plan sequentially (the habit draws), play in parallel.
+    """
     episode = tools.Episode(task, max_turns=max(max_turns, len(actions)), pool=self.pool)
     for action in actions:
       episode.step(action)
@@ -145,7 +152,7 @@ class Expert:
       prompt=episode.prompt(),
       turns=episode.turns,
       files=episode.files,
-      habits=habits,
+      habits=tuple(habits),
       signals=quality.signals(task, episode.files, episode.turns),
       passed=result.passed,
     )

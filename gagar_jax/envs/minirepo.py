@@ -93,6 +93,32 @@ class Task:
   bug: Bug
   difficulty: dict[str, Any]
 
+  def to_json(self) -> str:
+    """Lossless JSON (tuples become lists; `from_json` restores them)."""
+    import json
+
+    d = dataclasses.asdict(self)
+    d["difficulty"] = dict(self.difficulty, bug_kinds=list(self.difficulty["bug_kinds"]))
+    return json.dumps(d, sort_keys=True)
+
+  @classmethod
+  def from_json(cls, text: str) -> Task:
+    import json
+
+    d = json.loads(text)
+    case = lambda c: TestCase(c["module"], c["func"], tuple(c["args"]), c["expected"])
+    return cls(
+      task_id=d["task_id"],
+      seed=d["seed"],
+      files=d["files"],
+      issue=d["issue"],
+      visible_tests=tuple(case(c) for c in d["visible_tests"]),
+      hidden_tests=tuple(case(c) for c in d["hidden_tests"]),
+      reference_files=d["reference_files"],
+      bug=Bug(**d["bug"]),
+      difficulty=dict(d["difficulty"], bug_kinds=tuple(d["difficulty"]["bug_kinds"])),
+    )
+
   def functions(self) -> dict[str, str]:
     """function name -> path of the module defining it."""
     out = {}

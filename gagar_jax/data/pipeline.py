@@ -1,0 +1,97 @@
+"""Reading the suites: build what is missing, `tfds.data_source`, grain pipelines.
+
+suite = builders.minirepo_config(n_train=500)
+tasks = pipeline.task_source(data_dir, suite, "train")   # random access, len()
+ds = pipeline.tasks(data_dir, suite, "train", seed=0)    # grain: shuffled, repeated
+task = ds[step]                                          # the data position is an int
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import grain
+import tensorflow_datasets as tfds
+
+from gagar_jax.data import builders
+from gagar_jax.envs import minirepo
+
+
+def _prepare(builder: tfds.core.DatasetBuilder) -> tfds.core.DatasetBuilder:
+  """Builds the dataset if its files are not there yet (array_record, no TensorFlow)."""
+  if not os.path.exists(os.path.join(builder.data_dir, "dataset_info.json")):
+    builder.download_and_prepare(file_format="array_record")
+  return builder
+
+
+def minirepo_builder(data_dir: str, suite: builders.MiniRepoConfig):
+  return _prepare(builders.Minirepo(data_dir=data_dir, config=suite, file_format="array_record"))
+
+
+def demos_builder(data_dir: str, config: builders.DemosConfig):
+  return _prepare(
+    builders.MinirepoDemos(data_dir=data_dir, config=config, file_format="array_record")
+  )
+
+
+def humaneval_builder(data_dir: str):
+  return _prepare(builders.Humaneval(data_dir=data_dir, file_format="array_record"))
+
+
+def task_source(data_dir: str, suite: builders.MiniRepoConfig, split: str):
+  """Random-access `ArrayRecordDataSource` of raw MiniRepo examples."""
+  return minirepo_builder(data_dir, suite).as_data_source(split=split)
+
+
+def decode_task(example) -> minirepo.Task:
+  text = example["task"]
+  return minirepo.Task.from_json(text.decode() if isinstance(text, bytes) else text)
+
+
+def tasks(
+  data_dir: str,
+  suite: builders.MiniRepoConfig,
+  split: str,
+  *,
+  seed: int,
+  shuffle: bool = True,
+  repeat: bool = True,
+) -> grain.MapDataset:
+  """A grain `MapDataset` of `Task`s; `ds[i]` is deterministic in (seed, i)."""
+  ds = grain.MapDataset.source(task_source(data_dir, suite, split)).seed(seed)
+  if shuffle:
+    ds = ds.shuffle()
+  if repeat:
+    ds = ds.repeat()
+  return ds.map(decode_task)
+
+
+def decode_demo(example) -> dict:
+  text = lambda k: example[k].decode() if isinstance(example[k], bytes) else example[k]
+  return {
+    "task": minirepo.Task.from_json(text("task")),
+    "prompt": text("prompt"),
+    "turns": json.loads(text("turns")),
+    "habits": json.loads(text("habits")),
+    "signals": json.loads(text("signals")),
+    "passed": bool(example["passed"]),
+  }
+
+
+def demos(
+  data_dir: str,
+  config: builders.DemosConfig,
+  split: str,
+  *,
+  seed: int,
+  shuffle: bool = True,
+  repeat: bool = True,
+) -> grain.MapDataset:
+  ds = grain.MapDataset.source(demos_builder(data_dir, config).as_data_source(split=split))
+  ds = ds.seed(seed)
+  if shuffle:
+    ds = ds.shuffle()
+  if repeat:
+    ds = ds.repeat()
+  return ds.map(decode_demo)
