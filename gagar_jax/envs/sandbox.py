@@ -367,6 +367,10 @@ class SandboxPool:
     }
     return self._run_job(job)
 
+  def submit(self, fn, *args) -> futures.Future:
+    """Runs `fn(*args)` (which uses this pool) on the pool's threads; returns a future."""
+    return self._executor.submit(fn, *args)
+
   def map(self, fn, items):
     """Runs `fn(item)` (which uses this pool) for every item, workers in parallel."""
     return list(self._executor.map(fn, items))

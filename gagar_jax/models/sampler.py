@@ -173,7 +173,9 @@ def _forward_chunk(graphdef, params, state: SamplerState, tokens, counts):
   return SamplerState(cache, state.lengths + counts, logits)
 
 
-def _decode(graphdef, params, state: SamplerState, key, params_s: SamplingParams, pad_id: int):
+def _decode(
+  graphdef, params, state: SamplerState, key, params_s: SamplingParams, pad_id: int, active
+):
   """The jitted decode loop (lax.while_loop; stops early when every row is done)."""
   b = state.lengths.shape[0]
   n = params_s.max_new_tokens
@@ -219,8 +221,10 @@ def _decode(graphdef, params, state: SamplerState, key, params_s: SamplingParams
   tokens = jnp.full((b, n), pad_id, jnp.int32)
   logps = jnp.zeros((b, n), jnp.float32)
   window = jnp.full((b, width), -2, jnp.int32)
-  done = state.lengths >= cache_size
-  reason = jnp.where(done, FINISH_CACHE_FULL, FINISH_LENGTH).astype(jnp.int32)
+  done = (state.lengths >= cache_size) | ~active
+  reason = jnp.where(state.lengths >= cache_size, FINISH_CACHE_FULL, FINISH_LENGTH).astype(
+    jnp.int32
+  )
   count = jnp.zeros((b,), jnp.int32)
   carry = (jnp.int32(0), state, key, tokens, logps, window, done, reason, count)
   _, state, _, tokens, logps, _, _, reason, count = jax.lax.while_loop(cond, body, carry)
@@ -353,10 +357,25 @@ class Sampler:
     return self.append(params, self.init_state(len(prompts)), prompts)
 
   def generate(
-    self, params, state: SamplerState, key: jax.Array, sampling: SamplingParams
+    self,
+    params,
+    state: SamplerState,
+    key: jax.Array,
+    sampling: SamplingParams,
+    active=None,
   ) -> tuple[SamplerState, SampleOutput]:
-    """Samples up to `sampling.max_new_tokens` per row; the state is donated."""
-    return self._decode(params, state, key, sampling, self.pad_id)
+    """Samples up to `sampling.max_new_tokens` per row; the state is donated.
+
+    `active` (bool `[B]`, default all): rows that are False generate nothing and keep
+    their cache (finished conversations in a batch that goes on).
+    """
+    batch = state.lengths.shape[0]
+    if active is None:
+      active = np.ones((batch,), bool)
+    active = np.asarray(active, bool)
+    if self._mesh is not None:
+      active = sharding_lib.shard_batch(active, self._mesh, self._rules)
+    return self._decode(params, state, key, sampling, self.pad_id, active)
 
 
 def _naive_decode(graphdef, params, tokens, lengths, key, params_s: SamplingParams, pad_id: int):

@@ -1,0 +1,270 @@
+"""Batched multi-turn episodes (sampler <-> tools) and dynamic sampling.
+
+B tasks x G episodes run as one sampling batch. Each turn, every live episode's
+next action is sampled in one device call (KV cache extended, never re-run);
+the host parses the actions and applies them, running `test` actions in the
+sandbox pool in parallel; observations are appended to the cache; an episode
+ends on `submit`, on its turn budget or when its token budget would overflow.
+A finished episode's hidden-test evaluation is submitted to the sandbox pool at
+once, so it overlaps with the device decoding the episodes still running.
+
+Dynamic sampling (DAPO): keep groups with both passing and failing
+trajectories; draw a fresh batch of tasks, up to `max_rounds`, until
+`num_groups` informative groups are kept; report drawn / kept / rounds / fill.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+
+import jax
+import numpy as np
+
+from gagar_jax.configlib import check
+from gagar_jax.envs import minirepo, quality, tools, transcript
+from gagar_jax.learner.step import Batch
+from gagar_jax.models import sampler as sampler_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutConfig:
+  """Episode budgets, sampling and dynamic sampling (`config.rollout`)."""
+
+  group_size: int = 8
+  max_turns: int = 6
+  max_action_tokens: int = 40
+  max_obs_tokens: int = 64
+  # KV-cache slots per episode: the whole episode must fit.
+  max_episode_tokens: int = 512
+  temperature: float = 1.0
+  top_k: int = 0
+  top_p: float = 1.0
+  dynamic_sampling: bool = True
+  max_rounds: int = 4
+
+  def __post_init__(self):
+    for name in (
+      "group_size",
+      "max_turns",
+      "max_action_tokens",
+      "max_obs_tokens",
+      "max_episode_tokens",
+      "max_rounds",
+    ):
+      value = getattr(self, name)
+      check(isinstance(value, int) and value > 0, name, f"must be a positive int, got {value!r}")
+    check(self.temperature >= 0, "temperature", f"must be >= 0, got {self.temperature}")
+    check(
+      self.max_episode_tokens > self.max_action_tokens + self.max_obs_tokens + 64,
+      "max_episode_tokens",
+      "leaves no room for a prompt, an action and an observation",
+    )
+
+
+@dataclasses.dataclass
+class Trajectory:
+  """One episode: what the policy saw and did, and how it turned out."""
+
+  task: minirepo.Task
+  group: int
+  index: int
+  tokens: list[int]
+  mask: list[bool]  # True exactly at tokens the policy sampled
+  logprobs: list[float]  # sampling log-probs at those tokens, 0 elsewhere
+  turns: list[tools.Turn]
+  files: dict[str, str]
+  finish: str = ""  # submit | turns | tokens
+  passed: bool = False
+  status: str = ""
+  signals: quality.QualitySignals | None = None
+
+  @property
+  def reward(self) -> float:
+    return float(self.passed)
+
+
+class RolloutEngine:
+  """Runs groups of episodes of one policy on MiniRepo (or any task with `files`)."""
+
+  def __init__(
+    self,
+    config: RolloutConfig,
+    model_config,
+    graphdef,
+    tokenizer,
+    pool,
+    *,
+    evaluate: Callable | None = None,
+    mesh=None,
+    rules=None,
+  ):
+    self.config = config
+    self.tok = tokenizer
+    self.pool = pool
+    self.evaluate = evaluate or (lambda task, files: minirepo.evaluate(task, files, pool))
+    self.end_action = tokenizer.token_id(transcript.END_ACTION)
+    self.sampler = sampler_lib.Sampler(
+      model_config,
+      graphdef,
+      cache_size=config.max_episode_tokens,
+      pad_id=tokenizer.pad_id,
+      mesh=mesh,
+      rules=rules,
+    )
+    self.sampling = sampler_lib.SamplingParams(
+      max_new_tokens=config.max_action_tokens,
+      temperature=config.temperature,
+      top_k=config.top_k,
+      top_p=config.top_p,
+      eos_id=tokenizer.eos_id,
+      stop_sequences=((self.end_action,),),
+    )
+
+  def run(self, params, tasks: Sequence, key: jax.Array) -> list[list[Trajectory]]:
+    """G episodes for each task; returns groups in task order."""
+    c, g = self.config, self.config.group_size
+    episodes = [
+      tools.Episode(t, max_turns=c.max_turns, pool=self.pool) for t in tasks for _ in range(g)
+    ]
+    trajs = [
+      Trajectory(ep.task, i // g, i % g, [], [], [], ep.turns, ep.files)
+      for i, ep in enumerate(episodes)
+    ]
+    prompts = []
+    for traj, ep in zip(trajs, episodes, strict=True):
+      ids = self.tok.encode(transcript.prompt_text(ep.prompt()))
+      if len(ids) + c.max_action_tokens > c.max_episode_tokens:
+        raise ValueError(
+          f"task {ep.task.task_id}: prompt of {len(ids)} tokens leaves no room "
+          f"in max_episode_tokens={c.max_episode_tokens}"
+        )
+      prompts.append(ids)
+      traj.tokens += ids
+      traj.mask += [False] * len(ids)
+      traj.logprobs += [0.0] * len(ids)
+    state = self.sampler.prefill(params, prompts)
+    lengths = np.array([len(p) for p in prompts])
+    evaluations = {}
+
+    def finish(i, how):
+      trajs[i].finish = how
+      trajs[i].files = episodes[i].files
+      evaluations[i] = self.pool.submit(self.evaluate, episodes[i].task, episodes[i].files)
+
+    for turn in range(c.max_turns):
+      active = np.array([not ep.done for ep in episodes])
+      if not active.any():
+        break
+      state, out = self.sampler.generate(
+        params, state, jax.random.fold_in(key, turn), self.sampling, active
+      )
+      tokens, logps, counts = jax.device_get((out.tokens, out.logprobs, out.num_tokens))
+      lengths += counts
+      rows = np.flatnonzero(active)
+      actions = {}
+      for i in rows:
+        n = int(counts[i])
+        ids = tokens[i, :n].tolist()
+        trajs[i].tokens += ids
+        trajs[i].mask += [True] * n
+        trajs[i].logprobs += logps[i, :n].tolist()
+        body = ids[:-1] if ids and ids[-1] in (self.end_action, self.tok.eos_id) else ids
+        actions[i] = self.tok.decode(body)
+      # Tools: views and edits are instant; `test` runs in the sandbox, in parallel.
+      observations = dict(
+        zip(rows, self.pool.map(lambda i: episodes[i].step(actions[i]), list(rows)), strict=True)
+      )
+      appended = [[] for _ in episodes]
+      for i in rows:
+        ep = episodes[i]
+        if ep.done:
+          finish(i, "submit" if ep.turns[-1].kind == "submit" else "turns")
+          continue
+        obs = transcript.encode_observation(self.tok, observations[i], c.max_obs_tokens)
+        if lengths[i] + len(obs) + c.max_action_tokens > c.max_episode_tokens:
+          ep.done = True  # the token budget is spent: the files as they are count
+          finish(i, "tokens")
+          continue
+        appended[i] = obs
+        lengths[i] += len(obs)
+        trajs[i].tokens += obs
+        trajs[i].mask += [False] * len(obs)
+        trajs[i].logprobs += [0.0] * len(obs)
+      if any(appended):
+        state = self.sampler.append(params, state, appended)
+    for i, ep in enumerate(episodes):
+      if i not in evaluations:
+        ep.done = True
+        finish(i, "turns")
+    for i, future in evaluations.items():
+      result = future.result()
+      trajs[i].passed, trajs[i].status = result.passed, result.status
+      if isinstance(trajs[i].task, minirepo.Task):
+        trajs[i].signals = quality.signals(trajs[i].task, trajs[i].files, trajs[i].turns)
+    return [trajs[k * g : (k + 1) * g] for k in range(len(tasks))]
+
+  def collect(self, params, next_task: Callable[[], object], num_groups: int, key: jax.Array):
+    """Dynamic sampling: rounds of `num_groups` fresh tasks until as many informative
+    groups are kept (or `max_rounds`). Returns (groups, stats); groups may be fewer
+    than `num_groups` if the rounds ran out (`to_batch` pads with invalid groups)."""
+    c = self.config
+    kept, drawn, rounds, passed, total = [], 0, 0, 0, 0
+    start = time.perf_counter()
+    while len(kept) < num_groups and rounds < (c.max_rounds if c.dynamic_sampling else 1):
+      tasks = [next_task() for _ in range(num_groups)]
+      groups = self.run(params, tasks, jax.random.fold_in(key, rounds))
+      drawn += len(tasks)
+      rounds += 1
+      for group in groups:
+        flags = [t.passed for t in group]
+        passed += sum(flags)
+        total += len(flags)
+        if not c.dynamic_sampling or (any(flags) and not all(flags)):
+          kept.append(group)
+    kept = kept[:num_groups]
+    informative = sum(1 for grp in kept if 0 < sum(t.passed for t in grp) < len(grp))
+    stats = {
+      "groups_drawn": drawn,
+      "groups_kept": len(kept),
+      "groups_informative": informative,
+      "rounds": rounds,
+      "fill_ratio": len(kept) / num_groups,
+      "pass_rate": passed / max(total, 1),
+      "rollout_s": time.perf_counter() - start,
+    }
+    return kept, stats
+
+
+def to_batch(
+  groups: Sequence[Sequence[Trajectory]],
+  num_groups: int,
+  seq_len: int,
+  ranks: np.ndarray | None = None,
+) -> Batch:
+  """Packs groups into the learner's `Batch` `[num_groups, G, seq_len]`.
+
+  Missing groups (dynamic sampling ran out of rounds) are padding (`valid` False).
+  `old_logprobs` holds the sampling log-probs; the trainer may replace them with the
+  learner's recomputation. `ranks` defaults to all zeros (no grading).
+  """
+  g = max(len(grp) for grp in groups) if groups else 1
+  tokens = np.zeros((num_groups, g, seq_len), np.int32)
+  mask = np.zeros((num_groups, g, seq_len), bool)
+  logps = np.zeros((num_groups, g, seq_len), np.float32)
+  rewards = np.zeros((num_groups, g), np.float32)
+  passed = np.zeros((num_groups, g), bool)
+  valid = np.zeros((num_groups, g), bool)
+  for n, group in enumerate(groups[:num_groups]):
+    for i, t in enumerate(group):
+      length = min(len(t.tokens), seq_len)
+      tokens[n, i, :length] = t.tokens[:length]
+      mask[n, i, :length] = t.mask[:length]
+      logps[n, i, :length] = t.logprobs[:length]
+      rewards[n, i], passed[n, i], valid[n, i] = t.reward, t.passed, True
+  if ranks is None:
+    ranks = np.zeros((num_groups, g), np.int32)
+  return Batch(
+    tokens, mask, logps, np.zeros_like(logps), rewards, passed, np.asarray(ranks, np.int32), valid
+  )
