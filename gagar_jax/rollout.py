@@ -173,9 +173,8 @@ class RolloutEngine:
         body = ids[:-1] if ids and ids[-1] in (self.end_action, self.tok.eos_id) else ids
         actions[i] = self.tok.decode(body)
       # Tools: views and edits are instant; `test` runs in the sandbox, in parallel.
-      observations = dict(
-        zip(rows, self.pool.map(lambda i: episodes[i].step(actions[i]), list(rows)), strict=True)
-      )
+      steps = [(episodes[i], actions[i]) for i in rows]
+      observations = dict(zip(rows, self.pool.map(lambda s: s[0].step(s[1]), steps), strict=True))
       appended = [[] for _ in episodes]
       for i in rows:
         ep = episodes[i]

@@ -26,7 +26,8 @@ def prompt_text(prompt: str) -> str:
 
 
 def observation_text(observation: str) -> str:
-  return f"\n{tokenizers.IM_START}tool\n{observation}{tokenizers.IM_END}\n{tokenizers.IM_START}assistant\n"
+  start, end = tokenizers.IM_START, tokenizers.IM_END
+  return f"\n{start}tool\n{observation}{end}\n{start}assistant\n"
 
 
 def encode_episode(
