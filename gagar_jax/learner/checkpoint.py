@@ -50,7 +50,12 @@ class Checkpointer:
     )
 
   def save(self, step: int, state, metadata: dict[str, Any] | None = None, *, force=False) -> bool:
-    """Saves if the interval says so (or `force`); returns whether it saved."""
+    """Saves if the interval says so (or `force`); returns whether it saved.
+
+    A step that is already saved is not written again.
+    """
+    if int(step) in self._manager.all_steps():
+      return False
     saved = self._manager.save(
       int(step),
       args=ocp.args.Composite(

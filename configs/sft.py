@@ -1,0 +1,105 @@
+"""Supervised warm start of the tiny policy on MiniRepo expert demonstrations.
+
+    python experiments/sft.py --config=configs/sft.py --workdir=runs/sft
+    python experiments/sft.py --config=configs/sft.py:size=small --config.sft.steps=4000 \\
+        --workdir=runs/sft_small
+    # the calibration run quoted in results/calibration.md:
+    python experiments/sft.py --config=configs/sft.py --config.time_budget_minutes=20 \\
+        --workdir=runs/calibration
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from configs import common, model_sizes
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  args = common.parse_arg(arg, size="tiny", runlocal=False)
+  c = ml_collections.ConfigDict()
+  # Seed for parameter init, data order and sampling.
+  c.seed = 0
+  # Where TFDS datasets are built and read (built on first use).
+  c.data_dir = "data/tfds"
+  # Stop training after this many minutes even if sft.steps is not reached (0 = no limit).
+  c.time_budget_minutes = 0.0
+  # Model shape preset (configs/model_sizes.py); vocab_size follows the tokenizer.
+  c.model = model_sizes.get_config(args.size)
+  # BPE vocabulary trained on the demonstrations (bytes + specials + merges).
+  c.tokenizer_vocab_size = 512
+  c.mesh = common.mesh_config()
+  c.sharding_rules = common.sharding_rules()
+  c.distributed = common.distributed_config()
+
+  # The MiniRepo suite (see gagar_jax/data/builders.py).
+  c.suite = ml_collections.ConfigDict()
+  # Tasks per split (train seeds 0.., validation 1e6.., test 2e6..).
+  c.suite.n_train = 4000
+  c.suite.n_validation = 200
+  c.suite.n_test = 200
+  # Modules per task and functions per module (difficulty).
+  c.suite.n_files = 1
+  c.suite.n_functions = 3
+  # Bug kinds drawn from.
+  c.suite.bug_kinds = ("operator", "comparison", "constant", "variable", "off_by_one")
+  # Extra never-buggy functions per module.
+  c.suite.distractors = 0
+  # Hidden test inputs per function.
+  c.suite.n_hidden = 16
+
+  # Share of demonstrations carrying each habit (the grader should rank them down).
+  c.habits = ml_collections.ConfigDict()
+  c.habits.redundant_view = 0.15
+  c.habits.extra_test = 0.2
+  c.habits.out_of_scope = 0.35
+  c.habits.dead_code = 0.3
+  c.habits.large_edit = 0.15
+  c.habits.no_test = 0.2
+
+  c.sft = ml_collections.ConfigDict()
+  # Sequences per step and their padded length (longer demonstrations are dropped).
+  c.sft.batch_size = 16
+  c.sft.seq_len = 320
+  # Optimizer steps (cosine schedule over them).
+  c.sft.steps = 2200
+  c.sft.learning_rate = 2e-3
+  c.sft.warmup_steps = 50
+  c.sft.min_lr_ratio = 0.1
+  c.sft.weight_decay = 0.01
+  c.sft.max_grad_norm = 1.0
+  # Loss weight on prompt/observation tokens (actions weigh 1).
+  c.sft.context_loss_weight = 0.25
+
+  # Sampled evaluation on held-out tasks (the calibration figures).
+  c.eval = ml_collections.ConfigDict()
+  # Evaluate every this many steps (and at the end).
+  c.eval.every_steps = 400
+  # Validation tasks per periodic evaluation, test tasks at the end.
+  c.eval.tasks = 48
+  c.eval.final_tasks = 128
+  # Samples per task (groups of this size).
+  c.eval.group_size = 8
+
+  # Episode budgets and sampling for evaluation rollouts (gagar_jax/rollout.py).
+  c.rollout = ml_collections.ConfigDict()
+  c.rollout.max_turns = 6
+  c.rollout.max_action_tokens = 40
+  c.rollout.max_obs_tokens = 64
+  c.rollout.max_episode_tokens = 448
+  c.rollout.temperature = 1.0
+
+  # Checkpoints under workdir/checkpoints.
+  c.checkpoint_every = 500
+
+  # Sandbox pool for tests and evaluation.
+  c.sandbox_workers = 2
+
+  if args.runlocal:  # tests: seconds, not minutes
+    c.suite.n_train, c.suite.n_validation, c.suite.n_test = 48, 8, 8
+    c.model = model_sizes.get_config("nano")
+    c.tokenizer_vocab_size = 320
+    c.sft.steps, c.sft.batch_size, c.sft.warmup_steps = 6, 8, 2
+    c.eval.every_steps, c.eval.tasks, c.eval.final_tasks, c.eval.group_size = 3, 2, 2, 2
+    c.checkpoint_every = 3
+  return c

@@ -1,0 +1,21 @@
+"""Supervised warm start of the policy on expert demonstrations (the pre-RL checkpoint).
+
+python experiments/sft.py --config=configs/sft.py --workdir=runs/sft
+"""
+
+from absl import app, flags
+from ml_collections import config_flags
+
+from gagar_jax import sft
+
+_CONFIG = config_flags.DEFINE_config_file("config", "configs/sft.py", lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", "runs/sft", "Outputs and checkpoints go here.")
+
+
+def main(argv):
+  del argv
+  sft.run(_CONFIG.value, _WORKDIR.value)
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,74 @@
+"""Metrics: JSON lines + TensorBoard event files (tensorboardX, no TensorFlow), process 0 only.
+
+writer = MetricWriter(workdir)
+writer.write(step, {"loss": 0.3}, prefix="train")
+writer.close()
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import jax
+
+
+class MetricWriter:
+  def __init__(self, workdir: str, *, tensorboard: bool = True):
+    self.enabled = jax.process_index() == 0
+    self.path = os.path.join(workdir, "metrics.jsonl")
+    self._tb = None
+    if self.enabled:
+      os.makedirs(workdir, exist_ok=True)
+      if tensorboard:
+        from tensorboardX import SummaryWriter
+
+        self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+
+  def write(self, step: int, metrics: dict, prefix: str = "") -> None:
+    if not self.enabled:
+      return
+    record = {
+      "step": int(step),
+      "time": time.time(),
+      **{
+        (f"{prefix}/{k}" if prefix else k): float(v)
+        for k, v in metrics.items()
+        if isinstance(v, int | float)
+      },
+    }
+    with open(self.path, "a") as f:
+      f.write(json.dumps(record) + "\n")
+    if self._tb is not None:
+      for k, v in record.items():
+        if k not in ("step", "time"):
+          self._tb.add_scalar(k, v, int(step))
+
+  def flush(self):
+    if self._tb is not None:
+      self._tb.flush()
+
+  def close(self):
+    if self._tb is not None:
+      self._tb.close()
+      self._tb = None
+
+
+def read(path: str) -> list[dict]:
+  """All records of a metrics.jsonl file."""
+  with open(path) as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def save_config(config, workdir: str) -> None:
+  """The run's config beside its metrics (process 0 only)."""
+  if jax.process_index() != 0:
+    return
+  os.makedirs(workdir, exist_ok=True)
+  with open(os.path.join(workdir, "config.json"), "w") as f:
+    f.write(
+      config.to_json_best_effort(indent=2)
+      if hasattr(config, "to_json_best_effort")
+      else json.dumps(config, indent=2, default=str)
+    )

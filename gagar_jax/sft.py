@@ -1,0 +1,370 @@
+"""Supervised warm start of the policy on expert demonstrations.
+
+Sequences are encoded segment by segment with `envs.transcript` (exactly as a
+rollout builds its context). The loss is next-token cross-entropy weighted 1 on
+the policy's own tokens (actions and their end-of-action markers) and
+`context_loss_weight` on the prompt and observation tokens. A small context
+weight (0.25) helped the tiny model learn to read code in the measurements we
+started from (LEARNABILITY facts in the README); 0 trains on actions only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from gagar_jax import sharding
+from gagar_jax.configlib import check
+from gagar_jax.envs import transcript
+from gagar_jax.learner import train_state
+from gagar_jax.learner.config import OptimConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTConfig:
+  batch_size: int = 16
+  seq_len: int = 384
+  steps: int = 2000
+  learning_rate: float = 2e-3
+  warmup_steps: int = 50
+  min_lr_ratio: float = 0.1
+  weight_decay: float = 0.01
+  max_grad_norm: float = 1.0
+  context_loss_weight: float = 0.25
+
+  def __post_init__(self):
+    for name in ("batch_size", "seq_len", "steps"):
+      value = getattr(self, name)
+      check(isinstance(value, int) and value > 0, name, f"must be a positive int, got {value!r}")
+    check(
+      0 <= self.context_loss_weight <= 1,
+      "context_loss_weight",
+      f"must be in [0, 1], got {self.context_loss_weight}",
+    )
+
+  def optim(self) -> OptimConfig:
+    return OptimConfig(
+      learning_rate=self.learning_rate,
+      schedule="cosine",
+      warmup_steps=min(self.warmup_steps, self.steps),
+      total_steps=self.steps,
+      min_lr_ratio=self.min_lr_ratio,
+      weight_decay=self.weight_decay,
+      max_grad_norm=self.max_grad_norm,
+    )
+
+
+def encode_demos(
+  tok,
+  demos: Sequence[tuple[str, Sequence[tuple[str, str]]]],
+  seq_len: int,
+  context_weight: float,
+  max_obs_tokens: int | None = None,
+):
+  """(tokens `[N, seq_len]` int32, weights `[N, seq_len]` float32, dropped count).
+
+  `weights[t]` weighs predicting token t: 1 on policy tokens, `context_weight` on
+  other real tokens, 0 on padding. Demos longer than `seq_len` are dropped.
+  """
+  rows, weights, dropped = [], [], 0
+  for prompt, turns in demos:
+    ids, mask = transcript.encode_episode(tok, prompt, turns, max_obs_tokens=max_obs_tokens)
+    if len(ids) > seq_len:
+      dropped += 1
+      continue
+    row = np.full(seq_len, tok.pad_id, np.int32)
+    row[: len(ids)] = ids
+    w = np.zeros(seq_len, np.float32)
+    w[: len(ids)] = np.where(mask, 1.0, context_weight)
+    w[0] = 0.0  # the first token is never predicted
+    rows.append(row)
+    weights.append(w)
+  if not rows:
+    raise ValueError(f"every demonstration is longer than seq_len={seq_len}")
+  return np.stack(rows), np.stack(weights), dropped
+
+
+class SFTTrainer:
+  """Jitted, sharded supervised steps on (tokens, weights) batches."""
+
+  def __init__(self, config: SFTConfig, model_config, mesh, rules=None):
+    self.config, self.model_config, self.mesh, self.rules = config, model_config, mesh, rules
+    self.optimizer = train_state.make_optimizer(config.optim())
+    self.graphdef, self.abstract_state, self.state_shardings = train_state.state_shardings(
+      model_config, self.optimizer, mesh, rules
+    )
+    graphdef, optimizer = self.graphdef, self.optimizer
+
+    def loss_fn(params, tokens, weights):
+      logits = nnx.merge(graphdef, params)(tokens[:, :-1])
+      logp = jax.nn.log_softmax(logits, axis=-1)
+      nll = -jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1)[..., 0]
+      w = weights[:, 1:]
+      action = (w == 1.0).astype(jnp.float32)
+      return jnp.sum(w * nll) / jnp.maximum(jnp.sum(w), 1e-6), {
+        "action_nll": jnp.sum(action * nll) / jnp.maximum(jnp.sum(action), 1.0)
+      }
+
+    def step(state: train_state.TrainState, tokens, weights):
+      (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, tokens, weights)
+      updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+      params = optax.apply_updates(state.params, updates)
+      metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads), **aux}
+      return train_state.TrainState(state.step + 1, params, opt_state, state.rng), metrics
+
+    batch_sh = sharding.batch_sharding(mesh, rules, 2)
+    self._step = jax.jit(
+      step,
+      in_shardings=(self.state_shardings, batch_sh, batch_sh),
+      out_shardings=(self.state_shardings, None),
+      donate_argnums=(0,),
+    )
+
+  def init(self, seed: int, params=None) -> train_state.TrainState:
+    return train_state.init_train_state(
+      self.model_config, self.optimizer, self.state_shardings, seed, params
+    )
+
+  def step(self, state, tokens: np.ndarray, weights: np.ndarray):
+    tokens, weights = sharding.shard_batch(
+      (tokens, weights), self.mesh, self.rules, field="sft.batch_size"
+    )
+    state, metrics = self._step(state, tokens, weights)
+    metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+    if not np.isfinite(metrics["loss"]):
+      raise FloatingPointError(f"SFT step {int(state.step)}: non-finite loss {metrics['loss']}")
+    return state, metrics
+
+  @staticmethod
+  def batches(tokens: np.ndarray, weights: np.ndarray, batch_size: int, seed: int, start: int = 0):
+    """Endless shuffled batches; batch k depends only on (seed, k), so resuming is exact."""
+    n = len(tokens)
+    k = start
+    while True:
+      epoch, offset = divmod(k * batch_size, n)
+      order = np.random.default_rng([seed, epoch]).permutation(n)
+      idx = np.take(order, np.arange(offset, offset + batch_size), mode="wrap")
+      yield k, tokens[idx], weights[idx]
+      k += 1
+
+
+# ---------------------------------------------------------------------------- the run
+
+
+def _suite(config):
+  from gagar_jax.data import builders
+
+  s = config.suite
+  return builders.minirepo_config(
+    n_train=s.n_train,
+    n_validation=s.n_validation,
+    n_test=s.n_test,
+    n_files=s.n_files,
+    n_functions=s.n_functions,
+    bug_kinds=tuple(s.bug_kinds),
+    distractors=s.distractors,
+    n_hidden=s.n_hidden,
+  )
+
+
+def load_demos(config, split: str):
+  """(prompt, [(action, observation)]) pairs of the expert on `split` (built if missing)."""
+  from gagar_jax.data import builders, pipeline
+  from gagar_jax.envs import expert
+
+  habits = expert.HabitConfig(**dict(config.habits))
+  ds = pipeline.demos(
+    config.data_dir,
+    builders.demos_config(_suite(config), habits, config.seed),
+    split,
+    seed=config.seed,
+    shuffle=False,
+    repeat=False,
+  )
+  demos = [ds[i] for i in range(len(ds))]
+  return [(d["prompt"], [(a, o) for a, o, _, _ in d["turns"]]) for d in demos], demos
+
+
+def evaluate_policy(engine, params, tasks, key) -> dict:
+  """Sampled rollouts (groups of `engine.config.group_size`) -> `evaluation.policy_metrics`."""
+  from gagar_jax import evaluation
+
+  groups = engine.run(params, tasks, key)
+  return evaluation.policy_metrics(groups)
+
+
+def run(config, workdir: str) -> dict:
+  """The warm start: data, tokenizer, SFT with periodic sampled evaluation, checkpoint.
+
+  Writes to `workdir`: tokenizer/, checkpoints/, metrics.jsonl, tensorboard/,
+  summary.json and curve.png. Returns the summary.
+  """
+  import json
+  import os
+  import time
+
+  from gagar_jax import metrics as metrics_lib
+  from gagar_jax import rollout
+  from gagar_jax.data import pipeline
+  from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
+  from gagar_jax.learner.checkpoint import Checkpointer
+  from gagar_jax.models import tokenizers, transformer
+
+  start = time.time()
+  sft_config = SFTConfig(**dict(config.sft))
+  rollout_cfg = rollout.RolloutConfig(group_size=config.eval.group_size, **dict(config.rollout))
+  sharding.initialize_distributed(config.distributed)
+  os.makedirs(workdir, exist_ok=True)
+  metrics_lib.save_config(config, workdir)
+  print(
+    f"[sft] building/reading the MiniRepo suite and expert demonstrations in {config.data_dir}",
+    flush=True,
+  )
+  pairs, raw = load_demos(config, "train")
+  habit_share = {h: float(np.mean([h in d["habits"] for d in raw])) for h in config.habits}
+  print(
+    f"[sft] {len(pairs)} demonstrations; habit shares "
+    + ", ".join(f"{k} {v:.0%}" for k, v in habit_share.items()),
+    flush=True,
+  )
+
+  tok_dir = os.path.join(workdir, "tokenizer")
+  if os.path.exists(os.path.join(tok_dir, "tokenizer.json")):
+    tok = tokenizers.HFTokenizer.from_file(tok_dir)
+  else:
+    prompts, turns = zip(*pairs, strict=True)
+    tok = tokenizers.train_bpe(
+      transcript.corpus(prompts, turns), config.tokenizer_vocab_size, transcript.SPECIALS
+    )
+    tok.save(tok_dir)
+  tokens, weights, dropped = encode_demos(
+    tok, pairs, sft_config.seq_len, sft_config.context_loss_weight, config.rollout.max_obs_tokens
+  )
+  model_config = transformer.ModelConfig.from_dict({**config.model, "vocab_size": tok.vocab_size})
+  mesh = sharding.make_mesh(config.mesh)
+  trainer = SFTTrainer(sft_config, model_config, mesh, config.sharding_rules)
+  ckpt = Checkpointer(
+    os.path.join(workdir, "checkpoints"),
+    trainer.abstract_state,
+    trainer.state_shardings,
+    save_every=config.checkpoint_every,
+    keep=2,
+  )
+  if ckpt.latest_step() is not None:
+    state, meta = ckpt.restore()
+    print(f"[sft] resumed from step {int(state.step)}", flush=True)
+  else:
+    state, meta = trainer.init(config.seed), {}
+  print(
+    f"[sft] {model_config.num_params() / 1e6:.2f}M params, {len(tokens)} sequences "
+    f"({dropped} too long), mean {float((weights > 0).sum(1).mean()):.0f} tokens",
+    flush=True,
+  )
+
+  pool = SandboxPool(SandboxConfig(workers=config.sandbox_workers))
+  engine = rollout.RolloutEngine(rollout_cfg, model_config, trainer.graphdef, tok, pool)
+  val = pipeline.tasks(
+    config.data_dir, _suite(config), "validation", seed=config.seed, shuffle=False, repeat=True
+  )
+  val_tasks = [val[i] for i in range(config.eval.tasks)]
+  writer = metrics_lib.MetricWriter(workdir)
+  curve = list(meta.get("curve", []))
+  budget = config.time_budget_minutes * 60 or float("inf")
+  batches = trainer.batches(
+    tokens, weights, sft_config.batch_size, config.seed, start=int(state.step)
+  )
+  key = jax.random.key(config.seed)
+  step = first_step = int(state.step)
+  train_start, losses = time.time(), []
+  try:
+    while step < sft_config.steps and time.time() - start < budget:
+      _, x, w = next(batches)
+      state, m = trainer.step(state, x, w)
+      step = int(state.step)
+      losses.append(m["action_nll"])
+      writer.write(step, m, prefix="sft")
+      if step % 50 == 0:
+        rate = (time.time() - train_start) / max(step - first_step, 1)
+        eta = min((sft_config.steps - step) * rate, budget - (time.time() - start))
+        print(
+          f"[sft] step {step}/{sft_config.steps} loss {m['loss']:.3f} action-nll "
+          f"{m['action_nll']:.3f} | {time.time() - start:.0f}s, eta {eta:.0f}s",
+          flush=True,
+        )
+      if step % config.eval.every_steps == 0 or step == sft_config.steps:
+        ev = evaluate_policy(engine, state.params, val_tasks, jax.random.fold_in(key, step))
+        point = {
+          "step": step,
+          "seconds": time.time() - start,
+          "action_nll": float(np.mean(losses[-50:])),
+          **ev,
+        }
+        curve.append(point)
+        writer.write(step, ev, prefix="eval")
+        print(
+          f"[eval] step {step}: pass@1 {ev['pass@1']:.2f} informative "
+          f"{ev['informative_groups']:.2f} bloated-passing {ev['passing_bloated']:.2f}",
+          flush=True,
+        )
+      ckpt.save(step, state, {"curve": curve})
+  finally:
+    ckpt.save(step, state, {"curve": curve}, force=True)
+    writer.close()
+
+  test = pipeline.tasks(
+    config.data_dir, _suite(config), "test", seed=config.seed, shuffle=False, repeat=True
+  )
+  final = evaluate_policy(
+    engine,
+    state.params,
+    [test[i] for i in range(config.eval.final_tasks)],
+    jax.random.fold_in(key, 10**6),
+  )
+  pool.close()
+  summary = {
+    "steps": step,
+    "train_minutes": (time.time() - train_start) / 60,
+    "wall_minutes": (time.time() - start) / 60,
+    "final_test": final,
+    "habit_share_in_demos": habit_share,
+    "curve": curve,
+    "params": model_config.num_params(),
+  }
+  with open(os.path.join(workdir, "summary.json"), "w") as f:
+    json.dump(summary, f, indent=2)
+  plot_curve(curve, os.path.join(workdir, "curve.png"))
+  print(
+    f"[sft] done: test pass@1 {final['pass@1']:.2f}, informative groups "
+    f"{final['informative_groups']:.2f}, bloated passing {final['passing_bloated']:.2f}; "
+    f"outputs in {workdir}",
+    flush=True,
+  )
+  return summary
+
+
+def plot_curve(curve: list[dict], path: str) -> None:
+  """Learning curve: action NLL and sampled pass@1 / informative share vs seconds."""
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  if not curve:
+    return
+  t = [p["seconds"] / 60 for p in curve]
+  fig, ax = plt.subplots(1, 2, figsize=(10, 3.8))
+  ax[0].plot(t, [p["action_nll"] for p in curve], "o-")
+  ax[0].set(xlabel="minutes", ylabel="action-token NLL", title="SFT loss")
+  for k in ("pass@1", "informative_groups", "passing_bloated"):
+    ax[1].plot(t, [p[k] for p in curve], "o-", label=k)
+  ax[1].set(xlabel="minutes", ylim=(0, 1), title="sampled evaluation (T=1)")
+  ax[1].legend()
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
