@@ -90,7 +90,7 @@ def _function_lines(source: str, name: str) -> set[int]:
   return set()
 
 
-def _dead_statements(source: str) -> int:
+def dead_statements(source: str) -> int:
   """Statements that do nothing, in every function of `source`."""
   try:
     tree = ast.parse(source)
@@ -138,7 +138,7 @@ def signals(
     n, touched = _changed_lines(original, new)
     diff += n
     ref_diff += _changed_lines(original, task.reference_files.get(path, ""))[0]
-    dead += max(0, _dead_statements(new) - _dead_statements(original))
+    dead += max(0, dead_statements(new) - dead_statements(original))
     if n == 0:
       continue
     scope = _function_lines(original, bug_fn) if path == bug_path else set()

@@ -1,0 +1,1 @@
+"""Groupwise grading: shared workspaces, graders, and the host-side grader loop."""

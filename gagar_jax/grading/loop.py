@@ -1,0 +1,123 @@
+"""The host-side grader loop: grade groups in parallel while the device works.
+
+    loop = GraderLoop(RubricGrader(), workers=2, timeout_s=10, root=".../workspaces")
+    for n, group in enumerate(groups):
+      loop.submit(n, group)            # as soon as the group's episodes are done
+    old = learner.logprobs(...)        # device work overlaps with grading
+    ranks, metrics = loop.collect(num_groups, group_size)   # [N, G] int32
+
+Only groups with at least two passing trajectories are graded (with one, the
+ranking is trivial). A grader that raises, runs past the per-group timeout, or
+returns an invalid ranking leaves its group with all-equal ranks (plain GRPO
+advantages), and the failure is counted in the metrics. Each grading job runs
+in its own daemon thread, so a hung grader never blocks the pool.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+
+import numpy as np
+
+from gagar_jax.grading import protocol, workspace
+
+
+class _Job:
+  def __init__(self, index, ws):
+    self.index, self.ws = index, ws
+    self.result = None
+    self.error = None
+    self.done = threading.Event()
+    self.started = time.monotonic()
+    self.elapsed = 0.0
+    self.holds_slot = False
+    self.lock = threading.Lock()
+
+
+class GraderLoop:
+  def __init__(
+    self, grader, *, workers: int = 2, timeout_s: float = 30.0, root: str, seed: int = 0
+  ):
+    if workers < 1 or timeout_s <= 0:
+      raise ValueError("grader loop needs workers >= 1 and timeout_s > 0")
+    self.grader, self.timeout_s, self.root, self.seed = grader, timeout_s, root, seed
+    self._slots = threading.Semaphore(workers)
+    self._jobs: dict[int, _Job] = {}
+    self._round = 0
+    self.totals = {"graded": 0, "exceptions": 0, "timeouts": 0, "invalid": 0, "skipped": 0}
+
+  def _run(self, job: _Job):
+    self._slots.acquire()
+    with job.lock:
+      job.holds_slot = True
+    try:
+      job.result = self.grader.rank(job.ws)
+    except BaseException as e:  # counted as a grader failure, never fatal
+      job.error = e
+    finally:
+      job.elapsed = time.monotonic() - job.started
+      self._release(job)
+      job.done.set()
+
+  def _release(self, job: _Job):
+    """Frees the job's worker slot once (also when the loop abandons a hung grader)."""
+    with job.lock:
+      if job.holds_slot:
+        job.holds_slot = False
+        self._slots.release()
+
+  def submit(self, index: int, group) -> bool:
+    """Queues group `index` for grading; returns False if it needs none."""
+    if sum(t.passed for t in group) < 2:
+      self.totals["skipped"] += 1
+      return False
+    root = os.path.join(self.root, f"round{self._round}", f"group{index}")
+    ws = workspace.materialize(group, root, seed=self.seed + 7919 * self._round + index)
+    job = _Job(index, ws)
+    self._jobs[index] = job
+    threading.Thread(target=self._run, args=(job,), daemon=True).start()
+    return True
+
+  def collect(self, num_groups: int, group_size: int):
+    """Waits for the submitted groups; returns (ranks `[N, G]` int32, metrics)."""
+    ranks = np.zeros((num_groups, group_size), np.int32)
+    counts = dict.fromkeys(("graded", "exceptions", "timeouts", "invalid"), 0)
+    waited = 0.0
+    start = time.monotonic()
+    for index, job in sorted(self._jobs.items()):
+      # Each group gets timeout_s from its submission (time queued for a slot included).
+      left = self.timeout_s - (time.monotonic() - job.started)
+      if not job.done.wait(max(0.0, left)):
+        counts["timeouts"] += 1
+        self._release(job)  # a hung grader keeps its thread, not its slot
+        continue
+      if job.error is not None:
+        counts["exceptions"] += 1
+        continue
+      try:
+        valid = protocol.validate(job.result, job.ws)
+      except protocol.InvalidRanking:
+        counts["invalid"] += 1
+        continue
+      for cid, rank in valid.items():
+        ranks[index, job.ws.slot_of[cid]] = rank
+      counts["graded"] += 1
+    waited = time.monotonic() - start
+    submitted = len(self._jobs)
+    for k, v in counts.items():
+      self.totals[k] += v
+    metrics = {
+      "grader_submitted": float(submitted),
+      "grader_ok": float(counts["graded"]),
+      "grader_exceptions": float(counts["exceptions"]),
+      "grader_timeouts": float(counts["timeouts"]),
+      "grader_invalid": float(counts["invalid"]),
+      "grader_wait_s": waited,
+    }
+    self._jobs = {}
+    shutil.rmtree(os.path.join(self.root, f"round{self._round}"), ignore_errors=True)
+    self._round += 1
+    return ranks, metrics

@@ -1,0 +1,171 @@
+"""The rubric grader: a deterministic agent that inspects a shared workspace with tools.
+
+It works only from what is on disk (`workspace.py`): it reads the issue to find
+the function in scope, lists the candidates and their status, parses each
+passing candidate's files against the original by AST (changed functions,
+added dead statements), sizes its diff, reads its transcript for redundant and
+invalid actions, re-runs the visible examples from the issue in the sandbox for
+candidates that never ran the tests, and then ranks the passing candidates
+jointly (0 = best, ties share a rank) with a short rationale.
+
+Penalty per candidate (lower is better):
+  3 x functions changed outside the faulty one  + 2 x dead statements added
+  + 1 x diff lines beyond the group's smallest passing diff
+  + 0.5 x redundant actions + 0.5 x invalid actions + 0.25 if it never ran the tests
+  + 5 if the issue's example fails when the grader re-runs it
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import os
+import re
+
+from gagar_jax.envs import quality
+from gagar_jax.grading.protocol import Ranking
+
+_CALL = re.compile(r"^([A-Za-z_]\w*)\(")
+
+
+@dataclasses.dataclass
+class CandidateReport:
+  cid: str
+  functions_out_of_scope: int = 0
+  dead_code: int = 0
+  diff_lines: int = 0
+  redundant_actions: int = 0
+  invalid_actions: int = 0
+  tested: bool = True
+  rerun_ok: bool = True
+  penalty: float = 0.0
+
+
+class RubricGrader:
+  """`rank(workspace) -> Ranking`. Optionally re-runs tests through `run_tests`."""
+
+  name = "rubric"
+
+  def __init__(self, run_tests=None):
+    self.run_tests = run_tests  # callable(files) -> bool, e.g. the issue's example in a sandbox
+
+  # -- tools over the workspace (read-only) ------------------------------------------
+  @staticmethod
+  def _read(path: str) -> str:
+    with open(path) as f:
+      return f.read()
+
+  def _tree(self, root: str) -> dict[str, str]:
+    out = {}
+    for dirpath, _, names in os.walk(root):
+      for name in names:
+        full = os.path.join(dirpath, name)
+        out[os.path.relpath(full, root)] = self._read(full)
+    return out
+
+  @staticmethod
+  def _functions(source: str) -> dict[str, str]:
+    try:
+      tree = ast.parse(source)
+    except SyntaxError:
+      return {}
+    return {n.name: ast.dump(n) for n in tree.body if isinstance(n, ast.FunctionDef)}
+
+  @staticmethod
+  def _diff_lines(patch: str) -> int:
+    return sum(
+      1 for line in patch.splitlines() if line[:1] in "+-" and not line.startswith(("+++", "---"))
+    )
+
+  @staticmethod
+  def _transcript_actions(text: str) -> list[tuple[str, str]]:
+    """[(action, observation)] from the transcript file."""
+    turns, action, obs = [], None, []
+    for line in text.splitlines():
+      if line.startswith("> "):
+        if action is not None:
+          turns.append((action, "\n".join(obs)))
+        action, obs = line[2:], []
+      else:
+        obs.append(line)
+    if action is not None:
+      turns.append((action, "\n".join(obs)))
+    return turns
+
+  def _redundancy(self, turns) -> tuple[int, int, bool]:
+    redundant = invalid = 0
+    tested = False
+    changed_since_test, seen = True, {"*"}  # the prompt showed every file
+    for action, obs in turns:
+      kind = action.split(maxsplit=1)[0] if action else ""
+      if obs.startswith("error:"):
+        invalid += 1
+        continue
+      if kind == "view":
+        if "*" in seen or action in seen:
+          redundant += 1
+        seen.add(action)
+      elif kind == "test":
+        tested = True
+        if not changed_since_test:
+          redundant += 1
+        changed_since_test = False
+      elif obs.startswith("ok:"):
+        changed_since_test, seen = True, set()
+    return redundant, invalid, tested
+
+  # -- grading ------------------------------------------------------------------------
+  def inspect(self, workspace) -> list[CandidateReport]:
+    task_md = self._read(os.path.join(workspace.path, "task.md"))
+    issue = task_md.split("# Issue\n", 1)[1].splitlines()[0]
+    m = _CALL.match(issue)
+    in_scope = m[1] if m else ""
+    original = self._tree(os.path.join(workspace.path, "original"))
+    reports = []
+    for cid in workspace.passing:
+      cdir = workspace.candidate_dir(cid)
+      if self._read(os.path.join(cdir, "status.txt")).strip() != "passed":
+        continue
+      files = self._tree(os.path.join(cdir, "files"))
+      r = CandidateReport(cid)
+      for path, src in files.items():
+        before, after = self._functions(original.get(path, "")), self._functions(src)
+        r.functions_out_of_scope += sum(
+          1
+          for name in set(before) | set(after)
+          if name != in_scope and before.get(name) != after.get(name)
+        )
+        r.dead_code += max(
+          0, quality.dead_statements(src) - quality.dead_statements(original.get(path, ""))
+        )
+      r.diff_lines = self._diff_lines(self._read(os.path.join(cdir, "diff.patch")))
+      turns = self._transcript_actions(self._read(os.path.join(cdir, "transcript.txt")))
+      r.redundant_actions, r.invalid_actions, r.tested = self._redundancy(turns)
+      if not r.tested and self.run_tests is not None:
+        # The candidate never verified its change: re-run the issue's example on it.
+        r.rerun_ok = bool(self.run_tests(files))
+      reports.append(r)
+    smallest = min((r.diff_lines for r in reports), default=0)
+    for r in reports:
+      r.penalty = (
+        3 * r.functions_out_of_scope
+        + 2 * r.dead_code
+        + (r.diff_lines - smallest)
+        + 0.5 * r.redundant_actions
+        + 0.5 * r.invalid_actions
+        + (0.25 if not r.tested else 0.0)
+        + (5.0 if not r.rerun_ok else 0.0)
+      )
+    return reports
+
+  def rank(self, workspace) -> Ranking:
+    reports = self.inspect(workspace)
+    levels = sorted({r.penalty for r in reports})
+    ranks = {r.cid: levels.index(r.penalty) for r in reports}
+    why = "; ".join(
+      f"{r.cid}: penalty {r.penalty:g} (out-of-scope fns {r.functions_out_of_scope}, dead "
+      f"{r.dead_code}, diff {r.diff_lines}, redundant {r.redundant_actions}, invalid "
+      f"{r.invalid_actions}, tested {r.tested})"
+      for r in sorted(reports, key=lambda r: (r.penalty, r.cid))
+    )
+    return Ranking(ranks, why)

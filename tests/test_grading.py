@@ -1,0 +1,149 @@
+"""Shared workspaces, the rubric grader, and the grader loop under fault injection."""
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+from gagar_jax.envs import expert as expert_lib
+from gagar_jax.envs import minirepo
+from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
+from gagar_jax.grading import loop as loop_lib
+from gagar_jax.grading import protocol, rubric, workspace
+from gagar_jax.rollout import Trajectory
+
+
+@pytest.fixture(scope="module")
+def pool():
+  with SandboxPool(SandboxConfig(workers=2, uid_base=65000)) as p:
+    yield p
+
+
+def _traj(demo, index, passed=None):
+  return Trajectory(
+    demo.task,
+    0,
+    index,
+    [],
+    [],
+    [],
+    demo.turns,
+    demo.files,
+    passed=demo.passed if passed is None else passed,
+  )
+
+
+def _demo(task, pool, **habits):
+  config = expert_lib.HabitConfig(**dict.fromkeys(habits, 1.0))
+  return expert_lib.Expert(config, pool=pool).demonstrate(task)
+
+
+def test_workspace_layout_hides_sampling_order(pool, tmp_path):
+  task = minirepo.generate_task(3)
+  demos = [_demo(task, pool), _demo(task, pool, dead_code=1)]
+  group = [_traj(demos[0], 0), _traj(demos[1], 1), _traj(demos[0], 2, passed=False)]
+  ws = workspace.materialize(group, str(tmp_path / "ws"), seed=1)
+  assert sorted(ws.ids) == ["c1", "c2", "c3"] and len(ws.passing) == 2
+  assert {ws.slot_of[c] for c in ws.ids} == {0, 1, 2}
+  # Ids are shuffled: across seeds, c1..c3 do not always map to slots 0..2.
+  layouts = {
+    tuple(w.slot_of[f"c{i}"] for i in (1, 2, 3))
+    for w in (workspace.materialize(group, str(tmp_path / f"w{s}"), seed=s) for s in range(6))
+  }
+  assert len(layouts) > 1
+  for cid in ws.ids:
+    cdir = ws.candidate_dir(cid)
+    assert set(os.listdir(cdir)) == {"files", "diff.patch", "transcript.txt", "status.txt"}
+    status = open(os.path.join(cdir, "status.txt")).read().strip()
+    assert status == ("passed" if group[ws.slot_of[cid]].passed else "failed")
+  patch = open(os.path.join(ws.candidate_dir(ws.ids[1]), "diff.patch")).read()
+  assert patch.startswith("--- a/pkg/")
+  assert "Issue" in open(os.path.join(ws.path, "task.md")).read()
+
+
+@pytest.mark.parametrize(
+  "habit", ["out_of_scope", "dead_code", "redundant_view", "extra_test", "large_edit"]
+)
+def test_rubric_prefers_clean_minimal_fix_in_every_case(pool, tmp_path, habit):
+  grader = rubric.RubricGrader()
+  checked = 0
+  for seed in range(25):
+    task = minirepo.generate_task(100 + seed, bug_kinds=minirepo.BUG_KINDS)
+    clean = _demo(task, pool)
+    bloated = expert_lib.Expert(
+      expert_lib.HabitConfig(**{habit: 1.0}), seed=seed, pool=pool
+    ).demonstrate(task)
+    if (
+      habit not in bloated.habits
+      or bloated.files == clean.files
+      and habit in ("out_of_scope", "dead_code")
+    ):
+      continue
+    if habit == "large_edit" and bloated.turns[0].action == clean.turns[0].action:
+      continue  # the faulty line was the minimal span already
+    failing = _traj(clean, 2, passed=False)
+    group = [_traj(bloated, 0), _traj(clean, 1), failing]
+    ws = workspace.materialize(group, str(tmp_path / f"{habit}{seed}"), seed=seed)
+    ranking = grader.rank(ws)
+    ranks = protocol.validate(ranking, ws)
+    by_slot = {ws.slot_of[c]: r for c, r in ranks.items()}
+    if habit == "large_edit":
+      assert by_slot[1] <= by_slot[0], ranking.rationale  # same diff: tie allowed
+    else:
+      assert by_slot[1] < by_slot[0], ranking.rationale
+    checked += 1
+  assert checked >= 10
+
+
+class FlakyGrader:
+  """Misbehaves by group: 1 raises, 2 hangs, 3 returns garbage, 4 ranks the wrong ids."""
+
+  name = "flaky"
+
+  def __init__(self):
+    self.inner = rubric.RubricGrader()
+
+  def rank(self, ws):
+    group = int(ws.path.rsplit("group", 1)[1])
+    if group == 1:
+      raise RuntimeError("grader crashed")
+    if group == 2:
+      time.sleep(5)
+    if group == 3:
+      return "the first one is best"
+    if group == 4:
+      return protocol.Ranking({"c99": 0})
+    return self.inner.rank(ws)
+
+
+def test_grader_loop_fault_injection(pool, tmp_path):
+  tasks = [minirepo.generate_task(200 + i) for i in range(6)]
+  groups = []
+  for task in tasks:
+    clean = _demo(task, pool)
+    dead = _demo(task, pool, dead_code=1)
+    groups.append([_traj(dead, 0), _traj(clean, 1), _traj(clean, 2, passed=False)])
+  loop = loop_lib.GraderLoop(FlakyGrader(), workers=2, timeout_s=1.0, root=str(tmp_path))
+  for n, group in enumerate(groups):
+    assert loop.submit(n, group)
+  start = time.monotonic()
+  ranks, metrics = loop.collect(6, 3)
+  assert time.monotonic() - start < 4
+  assert metrics["grader_ok"] == 2  # groups 0 and 5
+  assert (metrics["grader_exceptions"], metrics["grader_timeouts"], metrics["grader_invalid"]) == (
+    1,
+    1,
+    2,
+  )
+  for n in (1, 2, 3, 4):
+    np.testing.assert_array_equal(ranks[n], 0)  # plain GRPO advantages for these groups
+  for n in (0, 5):
+    assert ranks[n, 1] < ranks[n, 0]  # clean above dead code
+  # The loop still works on the next step, with its slots freed.
+  loop.grader = rubric.RubricGrader()
+  for n, group in enumerate(groups[:2]):
+    loop.submit(n, group)
+  ranks, metrics = loop.collect(2, 3)
+  assert metrics["grader_ok"] == 2 and loop.totals["timeouts"] == 1
+  assert not loop.submit(0, [groups[0][0], groups[0][2]])  # one passing: nothing to rank
