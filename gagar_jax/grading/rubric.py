@@ -13,6 +13,8 @@ Penalty per candidate (lower is better):
   + 1 x diff lines beyond the group's smallest passing diff
   + 0.5 x redundant actions + 0.5 x invalid actions + 0.25 if it never ran the tests
   + 5 if the issue's example fails when the grader re-runs it
+  + 1 if its replace actions retyped much more than the group's most economical fix
+    (more than twice the characters, plus 4)
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class CandidateReport:
   invalid_actions: int = 0
   tested: bool = True
   rerun_ok: bool = True
+  edit_chars: int = 0  # characters retyped by replace actions (old spans)
   penalty: float = 0.0
 
 
@@ -141,11 +144,17 @@ class RubricGrader:
       r.diff_lines = self._diff_lines(self._read(os.path.join(cdir, "diff.patch")))
       turns = self._transcript_actions(self._read(os.path.join(cdir, "transcript.txt")))
       r.redundant_actions, r.invalid_actions, r.tested = self._redundancy(turns)
+      r.edit_chars = sum(
+        len(a.split(": ", 1)[1].split(" => ", 1)[0])
+        for a, o in turns
+        if a.startswith("replace ") and o.startswith("ok:") and " => " in a
+      )
       if not r.tested and self.run_tests is not None:
         # The candidate never verified its change: re-run the issue's example on it.
         r.rerun_ok = bool(self.run_tests(files))
       reports.append(r)
     smallest = min((r.diff_lines for r in reports), default=0)
+    least_typed = min((r.edit_chars for r in reports), default=0)
     for r in reports:
       r.penalty = (
         3 * r.functions_out_of_scope
@@ -155,6 +164,7 @@ class RubricGrader:
         + 0.5 * r.invalid_actions
         + (0.25 if not r.tested else 0.0)
         + (5.0 if not r.rerun_ok else 0.0)
+        + (1.0 if r.edit_chars > 2 * least_typed + 4 else 0.0)
       )
     return reports
 
@@ -165,7 +175,7 @@ class RubricGrader:
     why = "; ".join(
       f"{r.cid}: penalty {r.penalty:g} (out-of-scope fns {r.functions_out_of_scope}, dead "
       f"{r.dead_code}, diff {r.diff_lines}, redundant {r.redundant_actions}, invalid "
-      f"{r.invalid_actions}, tested {r.tested})"
+      f"{r.invalid_actions}, tested {r.tested}, retyped {r.edit_chars} chars)"
       for r in sorted(reports, key=lambda r: (r.penalty, r.cid))
     )
     return Ranking(ranks, why)
