@@ -10,11 +10,14 @@ from gagar_jax import sft
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/sft.py", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", "runs/sft", "Outputs and checkpoints go here.")
+_EXPORT = flags.DEFINE_string(
+  "export", "", "Also write the final policy here (tokenizer/, model.json, params.safetensors)."
+)
 
 
 def main(argv):
   del argv
-  sft.run(_CONFIG.value, _WORKDIR.value)
+  sft.run(_CONFIG.value, _WORKDIR.value, export=_EXPORT.value)
 
 
 if __name__ == "__main__":

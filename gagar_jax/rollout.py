@@ -239,16 +239,17 @@ class RolloutEngine:
 def to_batch(
   groups: Sequence[Sequence[Trajectory]],
   num_groups: int,
+  group_size: int,
   seq_len: int,
   ranks: np.ndarray | None = None,
 ) -> Batch:
-  """Packs groups into the learner's `Batch` `[num_groups, G, seq_len]`.
+  """Packs groups into the learner's `Batch` `[num_groups, group_size, seq_len]`.
 
   Missing groups (dynamic sampling ran out of rounds) are padding (`valid` False).
   `old_logprobs` holds the sampling log-probs; the trainer may replace them with the
   learner's recomputation. `ranks` defaults to all zeros (no grading).
   """
-  g = max(len(grp) for grp in groups) if groups else 1
+  g = group_size
   tokens = np.zeros((num_groups, g, seq_len), np.int32)
   mask = np.zeros((num_groups, g, seq_len), bool)
   logps = np.zeros((num_groups, g, seq_len), np.float32)

@@ -199,7 +199,7 @@ def evaluate_policy(engine, params, tasks, key) -> dict:
   return evaluation.policy_metrics(groups)
 
 
-def run(config, workdir: str) -> dict:
+def run(config, workdir: str, export: str = "") -> dict:
   """The warm start: data, tokenizer, SFT with periodic sampled evaluation, checkpoint.
 
   Writes to `workdir`: tokenizer/, checkpoints/, metrics.jsonl, tensorboard/,
@@ -338,6 +338,12 @@ def run(config, workdir: str) -> dict:
   }
   with open(os.path.join(workdir, "summary.json"), "w") as f:
     json.dump(summary, f, indent=2)
+  if export:
+    from gagar_jax import policy_io
+
+    policy_io.export(export, tok, model_config, state.params)
+    with open(os.path.join(export, "summary.json"), "w") as f:
+      json.dump({k: v for k, v in summary.items() if k != "curve"}, f, indent=2)
   plot_curve(curve, os.path.join(workdir, "curve.png"))
   print(
     f"[sft] done: test pass@1 {final['pass@1']:.2f}, informative groups "

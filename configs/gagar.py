@@ -1,0 +1,136 @@
+"""GAGAR / GRPO training of the tiny code agent on MiniRepo, from the SFT warm start.
+
+    python experiments/train.py --config=configs/gagar.py --workdir=runs/gagar
+    python experiments/train.py --config=configs/gagar.py:arm=grpo --workdir=runs/grpo
+    python experiments/train.py --config=configs/gagar.py:arm=gagar_no_rescale,seed=1 \\
+        --workdir=runs/no_rescale_s1
+    python experiments/train.py --config=configs/gagar.py:arm=reward_shaping \\
+        --config.learner.advantage.scheme=exponential --workdir=runs/shaping
+
+Arms: grpo (no grading), gagar (rank-weighted, sum-preserving redistribution),
+gagar_no_rescale (weights without rescaling: total credit shrinks), reward_shaping
+(grader score added to the binary reward; the alternative the paper argues against).
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from configs import common, model_sizes
+
+ARMS = ("grpo", "gagar", "gagar_no_rescale", "reward_shaping")
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  args = common.parse_arg(arg, arm="gagar", size="tiny", seed=0, runlocal=False)
+  if args.arm not in ARMS:
+    raise ValueError(f"arm={args.arm!r}: must be one of {ARMS}")
+  c = ml_collections.ConfigDict()
+  # The experiment arm (see the module docstring).
+  c.arm = args.arm
+  # Seed for data order, sampling and (if no warm start) parameter init.
+  c.seed = args.seed
+  # Where TFDS datasets are built and read.
+  c.data_dir = "data/tfds"
+  # Pre-RL policy: a folder with tokenizer/ and params.safetensors (experiments/sft.py
+  # writes one with --export); the repository ships assets/pre_rl.
+  c.init_from = "assets/pre_rl"
+  # RL steps.
+  c.steps = 40
+  # Groups (tasks) per step; each holds rollout.group_size trajectories.
+  c.num_groups = 8
+  # Model shape preset; must match the warm start (vocab_size comes from its tokenizer).
+  c.model = model_sizes.get_config(args.size)
+  c.mesh = common.mesh_config()
+  c.sharding_rules = common.sharding_rules()
+  c.distributed = common.distributed_config()
+
+  # The MiniRepo suite tasks are drawn from (same knobs as configs/sft.py).
+  c.suite = ml_collections.ConfigDict()
+  c.suite.n_train = 4000
+  c.suite.n_validation = 200
+  c.suite.n_test = 200
+  c.suite.n_files = 1
+  c.suite.n_functions = 3
+  c.suite.bug_kinds = ("operator", "comparison", "constant", "variable", "off_by_one")
+  c.suite.distractors = 0
+  c.suite.n_hidden = 16
+
+  # Rollouts (gagar_jax/rollout.py).
+  c.rollout = ml_collections.ConfigDict()
+  # Trajectories per group.
+  c.rollout.group_size = 8
+  c.rollout.max_turns = 6
+  c.rollout.max_action_tokens = 40
+  c.rollout.max_obs_tokens = 64
+  # KV-cache slots per episode; also the learner's sequence length.
+  c.rollout.max_episode_tokens = 448
+  c.rollout.temperature = 1.0
+  c.rollout.top_k = 0
+  c.rollout.top_p = 1.0
+  # Keep only groups with passes and fails, redrawing up to max_rounds batches of tasks.
+  c.rollout.dynamic_sampling = True
+  c.rollout.max_rounds = 3
+
+  # The learner (gagar_jax/learner/config.py).
+  c.learner = ml_collections.ConfigDict()
+  c.learner.micro_batches = 1
+  c.learner.optim = ml_collections.ConfigDict()
+  c.learner.optim.learning_rate = 2e-4
+  c.learner.optim.schedule = "constant"
+  c.learner.optim.warmup_steps = 2
+  c.learner.optim.total_steps = 1000
+  c.learner.optim.min_lr_ratio = 0.1
+  c.learner.optim.b1 = 0.9
+  c.learner.optim.b2 = 0.99
+  c.learner.optim.eps = 1e-8
+  c.learner.optim.weight_decay = 0.0
+  c.learner.optim.max_grad_norm = 1.0
+  c.learner.loss = ml_collections.ConfigDict()
+  c.learner.loss.eps_low = 0.2
+  c.learner.loss.eps_high = 0.28
+  c.learner.loss.dual_clip = 0.0
+  c.learner.loss.agg = "token_mean"
+  c.learner.loss.kl = "off"
+  c.learner.loss.kl_coef = 0.0
+  c.learner.loss.max_tokens = 0
+  c.learner.advantage = ml_collections.ConfigDict()
+  c.learner.advantage.estimator = "grpo"
+  c.learner.advantage.eps = 1e-6
+  # Rank -> weight scheme and its parameter (linear floor / exponential decay /
+  # reciprocal power).
+  c.learner.advantage.scheme = "linear"
+  c.learner.advantage.scheme_param = 0.5
+  c.learner.advantage.redistribute = args.arm in ("gagar", "gagar_no_rescale")
+  c.learner.advantage.preserve_sum = args.arm != "gagar_no_rescale"
+  # PPO updates per rollout batch (each a full pass over the batch).
+  c.updates_per_batch = 1
+
+  # The grader (used by every arm but grpo).
+  c.grader = ml_collections.ConfigDict()
+  # Backend: rubric (the deterministic agentic grader).
+  c.grader.backend = "rubric"
+  c.grader.workers = 2
+  c.grader.timeout_s = 20.0
+  # reward_shaping: reward = passed + coef * (1 - rank / max_rank) for passing trajectories.
+  c.grader.shaping_coef = 0.5
+
+  # Periodic evaluation on held-out validation tasks, and at the end on test tasks.
+  c.eval = ml_collections.ConfigDict()
+  c.eval.every_steps = 10
+  c.eval.tasks = 32
+  c.eval.final_tasks = 64
+  c.eval.group_size = 4
+
+  # Checkpoints under workdir/checkpoints every this many steps (and at the end).
+  c.checkpoint_every = 10
+  c.sandbox_workers = 2
+
+  if args.runlocal:  # the end-to-end test: seconds
+    c.steps, c.num_groups = 3, 2
+    c.rollout.group_size, c.rollout.max_rounds = 4, 2
+    c.eval.every_steps, c.eval.tasks, c.eval.final_tasks, c.eval.group_size = 2, 2, 2, 2
+    c.checkpoint_every = 1
+    c.suite.n_train, c.suite.n_validation, c.suite.n_test = 48, 8, 8
+    c.model = model_sizes.get_config("nano")
+  return c

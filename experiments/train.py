@@ -1,0 +1,24 @@
+"""RL training (GAGAR / GRPO / ablations) from a warm-started policy.
+
+    python experiments/train.py --config=configs/gagar.py --workdir=runs/gagar
+    python experiments/train.py --config=configs/gagar.py:arm=grpo,seed=1 --workdir=runs/grpo_s1
+
+Resumes automatically from the workdir's checkpoints.
+"""
+
+from absl import app, flags
+from ml_collections import config_flags
+
+from gagar_jax import trainer
+
+_CONFIG = config_flags.DEFINE_config_file("config", "configs/gagar.py", lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", "runs/gagar", "Outputs and checkpoints go here.")
+
+
+def main(argv):
+  del argv
+  trainer.Trainer(_CONFIG.value, _WORKDIR.value).run()
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,317 @@
+"""The RL loop: rollout -> grading (parallel with log-probs) -> advantages -> update.
+
+    trainer = Trainer(config, workdir)   # validates the whole config before any compute
+    summary = trainer.run()              # resumes from workdir/checkpoints if present
+
+Per step (DESIGN.md, "One RL step"): dynamic-sampled rollouts of `num_groups`
+groups; every group with two or more passing trajectories goes to the grader
+loop (host threads) while the device computes old-policy (and reference)
+log-probs; the grader's ranks feed `advantages.redistribute` inside the jitted
+learner step (arms gagar / gagar_no_rescale) or become a shaped reward
+(reward_shaping); grpo does not grade.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import jax
+import numpy as np
+
+from gagar_jax import evaluation, policy_io, rollout, sharding
+from gagar_jax import metrics as metrics_lib
+from gagar_jax.configlib import check, one_of
+from gagar_jax.errors import ConfigError
+from gagar_jax.learner.checkpoint import Checkpointer
+from gagar_jax.learner.config import LearnerConfig
+from gagar_jax.learner.learner import Learner
+from gagar_jax.learner.step import NonFiniteError
+
+ARMS = ("grpo", "gagar", "gagar_no_rescale", "reward_shaping")
+GRADER_BACKENDS = ("rubric",)
+
+
+def parse_config(config):
+  """Validates every section up front; returns (LearnerConfig, RolloutConfig)."""
+  one_of(config.arm, ARMS, "arm")
+  one_of(config.grader.backend, GRADER_BACKENDS, "grader.backend")
+  for name in ("steps", "num_groups", "updates_per_batch", "checkpoint_every"):
+    value = config[name]
+    check(isinstance(value, int) and value > 0, name, f"must be a positive int, got {value!r}")
+  check(config.eval.every_steps > 0, "eval.every_steps", "must be > 0")
+  check(config.grader.timeout_s > 0, "grader.timeout_s", "must be > 0")
+  check(config.grader.workers > 0, "grader.workers", "must be > 0")
+  learner_cfg = LearnerConfig.from_dict(config.learner)
+  try:
+    rollout_cfg = rollout.RolloutConfig(**dict(config.rollout))
+  except ConfigError as e:
+    raise ConfigError(f"rollout.{e.field}", str(e).split(": ", 1)[1]) from None
+  except TypeError as e:
+    raise ConfigError("rollout", str(e)) from None
+  adv = learner_cfg.advantage
+  if config.arm in ("gagar", "gagar_no_rescale") and not adv.redistribute:
+    raise ConfigError("learner.advantage.redistribute", f"must be True for arm={config.arm}")
+  if config.arm in ("grpo", "reward_shaping") and adv.redistribute:
+    raise ConfigError("learner.advantage.redistribute", f"must be False for arm={config.arm}")
+  if config.arm == "gagar_no_rescale" and adv.preserve_sum:
+    raise ConfigError("learner.advantage.preserve_sum", "must be False for gagar_no_rescale")
+  if not os.path.exists(os.path.join(config.init_from, "params.safetensors")):
+    raise ConfigError(
+      "init_from",
+      f"{config.init_from!r} holds no params.safetensors "
+      "(make one with experiments/sft.py --export=DIR)",
+    )
+  return learner_cfg, rollout_cfg
+
+
+def shaped_rewards(passed: np.ndarray, ranks: np.ndarray, coef: float) -> np.ndarray:
+  """passed + coef * (1 - rank / max rank in the group) on passing trajectories."""
+  top = np.max(np.where(passed, ranks, 0), axis=-1, keepdims=True)
+  score = np.where(top > 0, 1.0 - ranks / np.maximum(top, 1), 1.0)
+  return (passed + coef * np.where(passed, score, 0.0)).astype(np.float32)
+
+
+class Trainer:
+  def __init__(self, config, workdir: str):
+    self.config, self.workdir = config, workdir
+    self.learner_cfg, self.rollout_cfg = parse_config(config)  # before any compute
+    from gagar_jax.data import pipeline
+    from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
+    from gagar_jax.grading import loop as loop_lib
+    from gagar_jax.grading import rubric
+    from gagar_jax.sft import _suite
+
+    sharding.initialize_distributed(config.distributed)
+    os.makedirs(workdir, exist_ok=True)
+    metrics_lib.save_config(config, workdir)
+    self.tok, model_config, params = policy_io.load(config.init_from, config.model)
+    self.model_config = model_config
+    self.mesh = sharding.make_mesh(config.mesh)
+    self.learner = Learner(self.learner_cfg, model_config, self.mesh, config.sharding_rules)
+    self.init_params = params
+    self.pool = SandboxPool(SandboxConfig(workers=config.sandbox_workers))
+    self.engine = rollout.RolloutEngine(
+      self.rollout_cfg,
+      model_config,
+      self.learner.graphdef,
+      self.tok,
+      self.pool,
+      mesh=self.mesh,
+      rules=config.sharding_rules,
+    )
+    eval_cfg = rollout.RolloutConfig(
+      **{**dict(config.rollout), "group_size": config.eval.group_size}
+    )
+    self.eval_engine = rollout.RolloutEngine(
+      eval_cfg,
+      model_config,
+      self.learner.graphdef,
+      self.tok,
+      self.pool,
+      mesh=self.mesh,
+      rules=config.sharding_rules,
+    )
+    self.grades = config.arm != "grpo"
+    self.grader_loop = loop_lib.GraderLoop(
+      rubric.RubricGrader(),
+      workers=config.grader.workers,
+      timeout_s=config.grader.timeout_s,
+      root=os.path.join(workdir, "workspaces"),
+      seed=config.seed,
+    )
+    suite = _suite(config)
+    self.train_tasks = pipeline.tasks(config.data_dir, suite, "train", seed=config.seed)
+    val = pipeline.tasks(config.data_dir, suite, "validation", seed=0, shuffle=False)
+    test = pipeline.tasks(config.data_dir, suite, "test", seed=0, shuffle=False)
+    self.val_tasks = [val[i] for i in range(config.eval.tasks)]
+    self.test_tasks = [test[i] for i in range(config.eval.final_tasks)]
+    self.ckpt = Checkpointer(
+      os.path.join(workdir, "checkpoints"),
+      self.learner.abstract_state,
+      self.learner.state_shardings,
+      save_every=config.checkpoint_every,
+      keep=2,
+    )
+    self.writer = metrics_lib.MetricWriter(workdir)
+
+  # -- one step -------------------------------------------------------------------------
+  def step(self, state, position: int, key):
+    c, learner = self.config, self.learner
+    n, g, t = c.num_groups, self.rollout_cfg.group_size, self.rollout_cfg.max_episode_tokens
+    times = {}
+    start = time.perf_counter()
+    counter = [position]
+
+    def next_task():
+      task = self.train_tasks[counter[0]]
+      counter[0] += 1
+      return task
+
+    groups, ro = self.engine.collect(state.params, next_task, n, key)
+    times["rollout_s"] = time.perf_counter() - start
+    submitted = 0
+    if self.grades:
+      submitted = sum(self.grader_loop.submit(i, grp) for i, grp in enumerate(groups))
+    batch = learner.shard_batch(rollout.to_batch(groups, n, g, t))
+    t0 = time.perf_counter()
+    old = learner.logprobs(state.params, batch.tokens)  # async: grading overlaps with it
+    ref = old
+    if self.learner_cfg.loss.kl != "off":
+      ref = learner.logprobs(self.ref_params, batch.tokens)
+    ranks = np.zeros((n, g), np.int32)
+    grade_metrics = {}
+    if self.grades:
+      ranks, grade_metrics = self.grader_loop.collect(n, g)
+    jax.block_until_ready((old, ref))
+    times["logprob_and_grading_s"] = time.perf_counter() - t0
+    host = rollout.to_batch(groups, n, g, t, ranks=ranks)
+    rewards = host.rewards
+    if c.arm == "reward_shaping":
+      rewards = shaped_rewards(host.passed, ranks, c.grader.shaping_coef)
+      ranks = np.zeros_like(ranks)
+    batch = batch._replace(
+      old_logprobs=old,
+      ref_logprobs=ref,
+      rewards=sharding.shard_batch(rewards, self.mesh, c.sharding_rules),
+      ranks=sharding.shard_batch(ranks.astype(np.int32), self.mesh, c.sharding_rules),
+    )
+    t0 = time.perf_counter()
+    for _ in range(c.updates_per_batch):
+      state, m = learner.step(state, batch)
+    times["update_s"] = time.perf_counter() - t0
+    times["step_s"] = time.perf_counter() - start
+    flat = [tr for grp in groups for tr in grp]
+    winners = [tr for tr in flat if tr.passed and tr.signals is not None]
+    quality = {
+      "episode_tokens": float(np.mean([len(tr.tokens) for tr in flat])) if flat else 0.0,
+      "policy_tokens": float(np.mean([sum(tr.mask) for tr in flat])) if flat else 0.0,
+      "passing_bloated": float(np.mean([w.signals.bloated for w in winners])) if winners else 0.0,
+      "passing_out_of_scope": float(np.mean([w.signals.out_of_scope for w in winners]))
+      if winners
+      else 0.0,
+      "passing_dead_code": float(np.mean([w.signals.dead_code > 0 for w in winners]))
+      if winners
+      else 0.0,
+      "grader_groups": float(submitted),
+    }
+    metrics = {**ro, **m, **grade_metrics, **times, **quality}
+    return state, counter[0], metrics
+
+  # -- the loop -------------------------------------------------------------------------
+  def run(self) -> dict:
+    c = self.config
+    if self.ckpt.latest_step() is not None:
+      state, meta = self.ckpt.restore()
+      print(f"[train] resumed from step {int(state.step)} ({self.workdir})", flush=True)
+    else:
+      state, meta = self.learner.init(c.seed, params=self.init_params), {"data_position": 0}
+    self.ref_params = (
+      jax.tree.map(lambda x: x, state.params) if (self.learner_cfg.loss.kl != "off") else None
+    )
+    position = int(meta.get("data_position", 0))
+    curve = list(meta.get("curve", []))
+    key = jax.random.key(c.seed)
+    start, steps_done = time.time(), 0
+    step = int(state.step)
+    if step == 0 and not curve:
+      curve.append(self._evaluate(state, 0, key))
+    try:
+      while step < c.steps:
+        step_key = jax.random.fold_in(key, step + 1)
+        try:
+          state, position, m = self.step(state, position, step_key)
+        except NonFiniteError as e:
+          state = e.state
+          raise
+        step = int(state.step)
+        steps_done += 1
+        self.writer.write(step, m, prefix="train")
+        rate = (time.time() - start) / steps_done
+        print(
+          f"[train] step {step}/{c.steps} | pass {m['pass_rate']:.2f} kept "
+          f"{m['groups_kept']}/{c.num_groups} in {m['rounds']} round(s) | loss {m['loss']:+.4f} "
+          f"gn {m['grad_norm']:.3f} | moved {m['adv_abs_moved']:.3f} graded "
+          f"{m.get('grader_ok', 0):.0f}/{m['grader_groups']:.0f} | tokens "
+          f"{m['episode_tokens']:.0f} | {m['step_s']:.1f}s/step, eta "
+          f"{rate * (c.steps - step) / 60:.1f}m",
+          flush=True,
+        )
+        if step % c.eval.every_steps == 0 or step == c.steps:
+          curve.append(self._evaluate(state, step, key))
+        self.ckpt.save(step, state, {"data_position": position, "curve": curve})
+    finally:
+      self.ckpt.save(step, state, {"data_position": position, "curve": curve}, force=True)
+    final = evaluation.policy_metrics(
+      self.eval_engine.run(state.params, self.test_tasks, jax.random.fold_in(key, 10**7))
+    )
+    summary = {
+      "arm": c.arm,
+      "seed": c.seed,
+      "steps": step,
+      "final_test": final,
+      "curve": curve,
+      "wall_minutes": (time.time() - start) / 60,
+    }
+    with open(os.path.join(self.workdir, "summary.json"), "w") as f:
+      json.dump(summary, f, indent=2)
+    plot_run(metrics_lib.read(self.writer.path), curve, os.path.join(self.workdir, "curves.png"))
+    self.close()
+    print(
+      f"[train] done: test pass@1 {final['pass@1']:.3f}, pass@{c.eval.group_size} "
+      f"{final[f'pass@{c.eval.group_size}']:.3f}, bloated passing "
+      f"{final['passing_bloated']:.2f}, tokens {final['episode_tokens']:.0f}; outputs in "
+      f"{self.workdir}",
+      flush=True,
+    )
+    return summary
+
+  def _evaluate(self, state, step, key) -> dict:
+    ev = evaluation.policy_metrics(
+      self.eval_engine.run(
+        state.params, self.val_tasks, jax.random.fold_in(jax.random.fold_in(key, 2**30), step)
+      )
+    )
+    self.writer.write(step, ev, prefix="eval")
+    print(
+      f"[eval] step {step}: pass@1 {ev['pass@1']:.3f} informative "
+      f"{ev['informative_groups']:.2f} bloated-passing {ev['passing_bloated']:.2f} tokens "
+      f"{ev['episode_tokens']:.0f}",
+      flush=True,
+    )
+    return {"step": step, **ev}
+
+  def close(self):
+    self.writer.close()
+    self.pool.close()
+    self.ckpt.close()
+
+
+def plot_run(records: list[dict], curve: list[dict], path: str) -> None:
+  """Training curves: batch pass rate, eval pass@1, episode length, gradient norm."""
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  train = [r for r in records if "train/pass_rate" in r]
+  fig, ax = plt.subplots(1, 4, figsize=(16, 3.6))
+  if train:
+    steps = [r["step"] for r in train]
+    ax[0].plot(steps, [r["train/pass_rate"] for r in train], label="rollout pass rate")
+    ax[2].plot(steps, [r["train/episode_tokens"] for r in train], label="train")
+    ax[3].plot(steps, [r["train/grad_norm"] for r in train])
+  if curve:
+    ax[0].plot([p["step"] for p in curve], [p["pass@1"] for p in curve], "o-", label="eval pass@1")
+    ax[1].plot([p["step"] for p in curve], [p["passing_bloated"] for p in curve], "o-")
+    ax[2].plot([p["step"] for p in curve], [p["episode_tokens"] for p in curve], "o-", label="eval")
+  ax[0].set(title="pass rate", xlabel="step", ylim=(0, 1))
+  ax[0].legend()
+  ax[1].set(title="bloated share of passing", xlabel="step", ylim=(0, 1))
+  ax[2].set(title="episode tokens", xlabel="step")
+  ax[2].legend()
+  ax[3].set(title="gradient norm", xlabel="step")
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
