@@ -3,7 +3,7 @@
 python experiments/sft.py --config=configs/sft.py --workdir=runs/sft
 """
 
-from absl import app, flags
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 from gagar_jax import sft
@@ -17,6 +17,7 @@ _EXPORT = flags.DEFINE_string(
 
 def main(argv):
   del argv
+  logging.set_verbosity(logging.WARNING)  # progress lines only; orbax/jax INFO is noise
   sft.run(_CONFIG.value, _WORKDIR.value, export=_EXPORT.value)
 
 

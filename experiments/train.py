@@ -6,7 +6,7 @@
 Resumes automatically from the workdir's checkpoints.
 """
 
-from absl import app, flags
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 from gagar_jax import trainer
@@ -17,6 +17,7 @@ _WORKDIR = flags.DEFINE_string("workdir", "runs/gagar", "Outputs and checkpoints
 
 def main(argv):
   del argv
+  logging.set_verbosity(logging.WARNING)  # progress lines only; orbax/jax INFO is noise
   trainer.Trainer(_CONFIG.value, _WORKDIR.value).run()
 
 

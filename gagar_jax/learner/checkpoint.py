@@ -35,6 +35,7 @@ class Checkpointer:
     check(save_every >= 1, "checkpoint.save_every", f"must be >= 1, got {save_every}")
     check(keep >= 1, "checkpoint.keep", f"must be >= 1, got {keep}")
     self.directory = os.path.abspath(directory)
+    self._save_every = save_every
     self._target = jax.tree.map(
       lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract_state, shardings
     )
@@ -54,6 +55,8 @@ class Checkpointer:
 
     A step that is already saved is not written again.
     """
+    if not force and int(step) % self._save_every:
+      return False
     if int(step) in self._manager.all_steps():
       return False
     saved = self._manager.save(
