@@ -4,9 +4,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-WORKDIR ?= runs/demo
+WORKDIR ?= runs/gagar_demo
 
-.PHONY: install run test lint bench clean
+.PHONY: install run sft test lint bench clean
 
 $(STAMP): pyproject.toml requirements.lock
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -16,8 +16,16 @@ $(STAMP): pyproject.toml requirements.lock
 
 install: $(STAMP)
 
+# A short GAGAR run on MiniRepo from the committed pre-RL policy (assets/pre_rl).
 run: $(STAMP)
-	$(BIN)/python experiments/sample.py --config=configs/sampler_demo.py --workdir=$(WORKDIR)
+	$(BIN)/python experiments/train.py --config=configs/gagar.py:demo=True --workdir=$(WORKDIR)
+
+# Remakes assets/pre_rl (the supervised warm start) from scratch.
+sft: $(STAMP)
+	$(BIN)/python experiments/sft.py --config=configs/sft.py --workdir=runs/sft --export=assets/pre_rl
+
+sampler-demo: $(STAMP)
+	$(BIN)/python experiments/sample.py --config=configs/sampler_demo.py --workdir=runs/sampler_demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,6 +1,7 @@
 """GAGAR / GRPO training of the tiny code agent on MiniRepo, from the SFT warm start.
 
     python experiments/train.py --config=configs/gagar.py --workdir=runs/gagar
+    python experiments/train.py --config=configs/gagar.py:demo=True --workdir=runs/demo  # make run
     python experiments/train.py --config=configs/gagar.py:arm=grpo --workdir=runs/grpo
     python experiments/train.py --config=configs/gagar.py:arm=gagar_no_rescale,seed=1 \\
         --workdir=runs/no_rescale_s1
@@ -22,7 +23,7 @@ ARMS = ("grpo", "gagar", "gagar_no_rescale", "reward_shaping")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = common.parse_arg(arg, arm="gagar", size="tiny", seed=0, runlocal=False)
+  args = common.parse_arg(arg, arm="gagar", size="tiny", seed=0, runlocal=False, demo=False)
   if args.arm not in ARMS:
     raise ValueError(f"arm={args.arm!r}: must be one of {ARMS}")
   c = ml_collections.ConfigDict()
@@ -126,6 +127,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.checkpoint_every = 10
   c.sandbox_workers = 2
 
+  if args.demo:  # `make run`: a few minutes on a laptop CPU
+    c.steps, c.num_groups = 12, 6
+    c.eval.every_steps, c.eval.tasks, c.eval.final_tasks = 6, 24, 48
+    c.checkpoint_every = 6
   if args.runlocal:  # the end-to-end test: seconds
     c.steps, c.num_groups = 3, 2
     c.rollout.group_size, c.rollout.max_rounds = 4, 2
