@@ -42,9 +42,12 @@ _MATMUL_N = flags.DEFINE_integer("matmul_n", 1024, "Size of the peak-FLOPs matmu
 _REPEATS = flags.DEFINE_integer("repeats", 5, "Timed repetitions (the median is reported).")
 _SKIP_NAIVE = flags.DEFINE_bool("skip_naive", False, "Skip re-forward decoding (slow).")
 _SECTIONS = flags.DEFINE_list(
-  "sections", ["sampler", "model", "learner", "kernel", "sandbox"], "Which benchmarks to run."
+  "sections",
+  ["sampler", "model", "learner", "kernel", "sandbox", "grading"],
+  "Which benchmarks to run.",
 )
 _SANDBOX_WORKERS = flags.DEFINE_integer("sandbox_workers", 2, "Sandbox pool size (and threads).")
+_POLICY = flags.DEFINE_string("policy", "assets/pre_rl", "Policy folder for the grading bench.")
 _LEARNER_SIZES = flags.DEFINE_list("learner_sizes", ["tiny", "small"], "Presets for the step.")
 _GROUPS = flags.DEFINE_integer("groups", 4, "Learner step: groups per batch (N).")
 _GROUP_SIZE = flags.DEFINE_integer("group_size", 8, "Learner step: trajectories per group (G).")
@@ -294,6 +297,71 @@ def bench_sandbox(rows, repeats):
   )
 
 
+def bench_grading(rows, repeats):
+  """One RL step's log-prob pass with and without the grader loop running alongside."""
+  import os
+  import tempfile
+
+  from gagar_jax import policy_io, rollout
+  from gagar_jax.envs import minirepo
+  from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
+  from gagar_jax.grading import loop as loop_lib
+  from gagar_jax.grading import rubric
+
+  if not os.path.exists(os.path.join(_POLICY.value, "params.safetensors")):
+    print(f"grading bench skipped: no policy at {_POLICY.value}")
+    return
+  tok, model_config, params = policy_io.load(_POLICY.value)
+  mesh = sharding.make_mesh({"data": 1}, devices=jax.devices()[:1])
+  learner = Learner(LearnerConfig(), model_config, mesh)
+  state = learner.init(0, params=params)
+  n, g, t = 8, 8, 448
+  with SandboxPool(SandboxConfig(workers=2)) as pool, tempfile.TemporaryDirectory() as tmp:
+    engine = rollout.RolloutEngine(
+      rollout.RolloutConfig(group_size=g, max_episode_tokens=t),
+      model_config,
+      learner.graphdef,
+      tok,
+      pool,
+    )
+    groups = engine.run(
+      state.params, [minirepo.generate_task(5000 + i) for i in range(n)], jax.random.key(0)
+    )
+    tokens = learner.shard_batch(rollout.to_batch(groups, n, g, t)).tokens
+    loop = loop_lib.GraderLoop(rubric.RubricGrader(), workers=2, timeout_s=30, root=tmp)
+    gradable = sum(sum(tr.passed for tr in grp) >= 2 for grp in groups)
+
+    def without():
+      return learner.logprobs(state.params, tokens)
+
+    def with_grading():
+      for i, grp in enumerate(groups):
+        loop.submit(i, grp)
+      out = learner.logprobs(state.params, tokens)
+      loop.collect(n, g)
+      return out
+
+    def grading_only():
+      for i, grp in enumerate(groups):
+        loop.submit(i, grp)
+      return loop.collect(n, g)[0]
+
+    t_without = median_time(without, repeats)
+    t_with = median_time(with_grading, repeats)
+    t_grading = median_time(grading_only, repeats)
+  shape = f"N={n} G={g} T={t}, {gradable} groups graded"
+  rows.append(("log-probs, no grading", shape, f"{t_without * 1e3:,.0f} ms", ""))
+  rows.append(
+    (
+      "log-probs + grader loop",
+      shape,
+      f"{t_with * 1e3:,.0f} ms",
+      f"{t_with / t_without:.2f}x the step without grading",
+    )
+  )
+  rows.append(("grader loop alone", shape, f"{t_grading * 1e3:,.0f} ms", "rubric, 2 workers"))
+
+
 def main(argv):
   del argv
   config = transformer.ModelConfig.from_dict(
@@ -320,6 +388,8 @@ def main(argv):
     bench_kernel(rows, repeats, rng)
   if "sandbox" in sections:
     bench_sandbox(rows, repeats)
+  if "grading" in sections:
+    bench_grading(rows, repeats)
   header = ("what", "shape", "rate", "notes")
   widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
   print()
