@@ -52,10 +52,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.suite.n_validation = 200
   c.suite.n_test = 200
   c.suite.n_files = 1
-  c.suite.n_functions = 3
+  c.suite.n_functions = 2
   c.suite.bug_kinds = ("operator", "comparison", "constant", "variable", "off_by_one")
   c.suite.distractors = 0
   c.suite.n_hidden = 16
+  # verb_noun function names (harder to copy) instead of single words.
+  c.suite.compound_names = False
 
   # Rollouts (gagar_jax/rollout.py).
   c.rollout = ml_collections.ConfigDict()

@@ -40,13 +40,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.suite.n_test = 200
   # Modules per task and functions per module (difficulty).
   c.suite.n_files = 1
-  c.suite.n_functions = 3
+  c.suite.n_functions = 2
   # Bug kinds drawn from.
   c.suite.bug_kinds = ("operator", "comparison", "constant", "variable", "off_by_one")
   # Extra never-buggy functions per module.
   c.suite.distractors = 0
   # Hidden test inputs per function.
   c.suite.n_hidden = 16
+  # verb_noun function names (harder to copy) instead of single words.
+  c.suite.compound_names = False
 
   # Share of demonstrations carrying each habit (the grader should rank them down).
   c.habits = ml_collections.ConfigDict()

@@ -170,6 +170,7 @@ def _suite(config):
     bug_kinds=tuple(s.bug_kinds),
     distractors=s.distractors,
     n_hidden=s.n_hidden,
+    compound_names=s.compound_names,
   )
 
 

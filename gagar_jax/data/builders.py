@@ -35,6 +35,7 @@ class MiniRepoConfig(tfds.core.BuilderConfig):
   bug_kinds: tuple[str, ...] = minirepo.DEFAULT_BUG_KINDS
   distractors: int = 0
   n_hidden: int = 16
+  compound_names: bool = False
 
   @property
   def difficulty(self) -> dict:

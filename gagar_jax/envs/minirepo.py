@@ -276,6 +276,7 @@ def generate_task(
   bug_kinds: Sequence[str] = DEFAULT_BUG_KINDS,
   distractors: int = 0,
   n_hidden: int = 16,
+  compound_names: bool = False,
 ) -> Task:
   """A deterministic task for `(seed, difficulty)`.
 
@@ -286,6 +287,8 @@ def generate_task(
     bug_kinds: kinds the injected bug is drawn from (see BUG_KINDS).
     distractors: extra helper functions (same shapes, never buggy) per module.
     n_hidden: hidden test inputs per function (boundary values included).
+    compound_names: `verb_noun` function names (two BPE pieces to copy, harder)
+      instead of single words.
   """
   bug_kinds = tuple(bug_kinds)
   for kind in bug_kinds:
@@ -299,7 +302,10 @@ def generate_task(
     bug_kinds=bug_kinds,
     distractors=distractors,
     n_hidden=n_hidden,
+    compound_names=compound_names,
   )
+  if not compound_names and n_files * (n_functions + distractors) > 20:
+    raise ValueError("at most 20 single-word function names per task; use compound_names")
   key = hashlib.sha256(repr((seed, sorted(difficulty.items()))).encode()).digest()
   rng = np.random.default_rng(int.from_bytes(key[:8], "little"))
   for _ in range(200):
@@ -319,7 +325,10 @@ def _try_generate(rng, seed, difficulty):
     fns[module] = []
     for _ in range(per_file):
       while True:
-        name = f"{rng.choice(_NAMES_VERB)}_{rng.choice(_NAMES_NOUN)}"
+        if difficulty["compound_names"]:
+          name = f"{rng.choice(_NAMES_VERB)}_{rng.choice(_NAMES_NOUN)}"
+        else:
+          name = str(rng.choice(_NAMES_VERB + _NAMES_NOUN))
         if name not in names:
           names.add(name)
           break
