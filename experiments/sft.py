@@ -3,6 +3,9 @@
 python experiments/sft.py --config=configs/sft.py --workdir=runs/sft
 """
 
+import os
+import sys
+
 from absl import app, flags, logging
 from ml_collections import config_flags
 
@@ -10,6 +13,9 @@ from gagar_jax import sft
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/sft.py", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", "runs/sft", "Outputs and checkpoints go here.")
+_REPORT = flags.DEFINE_string(
+  "report", "", "Also write a markdown report of the calibration figures here (+ .png)."
+)
 _EXPORT = flags.DEFINE_string(
   "export", "", "Also write the final policy here (tokenizer/, model.json, params.safetensors)."
 )
@@ -18,7 +24,10 @@ _EXPORT = flags.DEFINE_string(
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)  # progress lines only; orbax/jax INFO is noise
-  sft.run(_CONFIG.value, _WORKDIR.value, export=_EXPORT.value)
+  summary = sft.run(_CONFIG.value, _WORKDIR.value, export=_EXPORT.value)
+  if _REPORT.value:
+    command = "python " + " ".join(sys.argv)
+    sft.write_report(summary, _REPORT.value, command, os.path.join(_WORKDIR.value, "curve.png"))
 
 
 if __name__ == "__main__":

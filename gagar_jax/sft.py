@@ -375,3 +375,60 @@ def plot_curve(curve: list[dict], path: str) -> None:
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
+
+
+def write_report(summary: dict, path: str, command: str, curve_png: str) -> None:
+  """Markdown report of a warm start: the calibration figures and the learning curve.
+
+  The curve image is copied beside the report (same name, .png).
+  """
+  import os
+  import shutil
+
+  final = summary["final_test"]
+  lines = [
+    "# Warm-start calibration (MiniRepo, tiny policy)",
+    "",
+    f"Command: `{command}`",
+    "",
+    f"{summary['params'] / 1e6:.2f}M parameters; {summary['steps']} SFT steps in "
+    f"{summary['train_minutes']:.1f} minutes of training ({summary['wall_minutes']:.1f} "
+    "minutes wall, data and evaluations included) on 2 CPU cores.",
+    "",
+    "## Held-out test tasks (temperature 1, groups of 8)",
+    "",
+    "| metric | value | target |",
+    "| --- | --- | --- |",
+    f"| sampled pass@1 | {final['pass@1']:.3f} | 0.20 - 0.80 |",
+    f"| informative groups (passes and fails) | {final['informative_groups']:.3f} | >= 0.40 |",
+    f"| passing samples with a bloat habit | {final['passing_bloated']:.3f} | >= 0.30 |",
+    f"| pass@8 | {final.get('pass@8', float('nan')):.3f} | |",
+    f"| passing: out-of-scope edit | {final['passing_out_of_scope']:.3f} | |",
+    f"| passing: dead code | {final['passing_dead_code']:.3f} | |",
+    f"| passing: redundant action | {final['passing_redundant']:.3f} | |",
+    f"| passing: diff larger than the reference | {final['passing_excess_diff']:.3f} | |",
+    f"| passing: never ran the tests | {final['passing_untested']:.3f} | |",
+    f"| episode tokens (mean) | {final['episode_tokens']:.0f} | 512-768 max |",
+    "",
+    "Habit shares in the expert demonstrations: "
+    + ", ".join(f"{k} {v:.0%}" for k, v in summary["habit_share_in_demos"].items())
+    + ".",
+    "",
+    "## Learning curve (validation tasks)",
+    "",
+    "| step | minutes | action NLL | pass@1 | informative | bloated passing |",
+    "| --- | --- | --- | --- | --- | --- |",
+  ]
+  for p in summary["curve"]:
+    lines.append(
+      f"| {p['step']} | {p['seconds'] / 60:.1f} | {p['action_nll']:.3f} | "
+      f"{p['pass@1']:.3f} | {p['informative_groups']:.3f} | "
+      f"{p['passing_bloated']:.3f} |"
+    )
+  image = os.path.splitext(path)[0] + ".png"
+  lines += ["", f"![learning curve]({os.path.basename(image)})", ""]
+  os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+  with open(path, "w") as f:
+    f.write("\n".join(lines))
+  if os.path.exists(curve_png):
+    shutil.copy(curve_png, image)
