@@ -147,3 +147,16 @@ def test_grader_loop_fault_injection(pool, tmp_path):
   ranks, metrics = loop.collect(2, 3)
   assert metrics["grader_ok"] == 2 and loop.totals["timeouts"] == 1
   assert not loop.submit(0, [groups[0][0], groups[0][2]])  # one passing: nothing to rank
+
+
+def test_workspace_relative_root_and_escaping_paths(pool, tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  task = minirepo.generate_task(4)
+  demo = _demo(task, pool)
+  ws = workspace.materialize([_traj(demo, 0), _traj(demo, 1)], "relative/ws", seed=0)
+  assert os.path.exists(os.path.join(ws.path, "original", "pkg", "__init__.py"))
+  evil = _traj(demo, 0)
+  evil.files = {**demo.files, "../../escape.py": "x = 1\n"}
+  with pytest.raises(ValueError, match="escapes the workspace"):
+    workspace.materialize([evil], "relative/ws2", seed=0)
+  assert not os.path.exists(tmp_path / "escape.py")

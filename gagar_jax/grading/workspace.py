@@ -51,9 +51,10 @@ def unified_diff(original: dict[str, str], files: dict[str, str]) -> str:
 
 
 def _write(root: str, files: dict[str, str]) -> None:
+  root = os.path.abspath(root)
   for rel, src in files.items():
     path = os.path.normpath(os.path.join(root, rel))
-    if not path.startswith(os.path.abspath(root)):
+    if not path.startswith(root + os.sep):
       raise ValueError(f"file path {rel!r} escapes the workspace")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
