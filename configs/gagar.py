@@ -130,9 +130,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.sandbox_workers = 2
 
   if args.demo:  # `make run`: a few minutes on a laptop CPU
-    c.steps, c.num_groups = 12, 6
-    c.eval.every_steps, c.eval.tasks, c.eval.final_tasks = 6, 24, 48
-    c.checkpoint_every = 6
+    c.steps, c.num_groups = 40, 6
+    c.eval.every_steps, c.eval.tasks, c.eval.final_tasks = 10, 32, 64
+    c.checkpoint_every = 10
   if args.runlocal:  # the end-to-end test: seconds
     c.steps, c.num_groups = 3, 2
     c.rollout.group_size, c.rollout.max_rounds = 4, 2
