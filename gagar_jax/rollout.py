@@ -204,10 +204,21 @@ class RolloutEngine:
         trajs[i].signals = quality.signals(trajs[i].task, trajs[i].files, trajs[i].turns)
     return [trajs[k * g : (k + 1) * g] for k in range(len(tasks))]
 
-  def collect(self, params, next_task: Callable[[], object], num_groups: int, key: jax.Array):
+  def collect(
+    self,
+    params,
+    next_task: Callable[[], object],
+    num_groups: int,
+    key: jax.Array,
+    on_group: Callable[[int, list[Trajectory]], object] | None = None,
+  ):
     """Dynamic sampling: rounds of `num_groups` fresh tasks until as many informative
     groups are kept (or `max_rounds`). Returns (groups, stats); groups may be fewer
-    than `num_groups` if the rounds ran out (`to_batch` pads with invalid groups)."""
+    than `num_groups` if the rounds ran out (`to_batch` pads with invalid groups).
+
+    `on_group(slot, group)` is called as soon as a group is kept (at the end of its
+    round), e.g. to start grading it while later rounds are still rolling out.
+    """
     c = self.config
     kept, drawn, rounds, passed, total = [], 0, 0, 0, 0
     start = time.perf_counter()
@@ -220,8 +231,10 @@ class RolloutEngine:
         flags = [t.passed for t in group]
         passed += sum(flags)
         total += len(flags)
-        if not c.dynamic_sampling or (any(flags) and not all(flags)):
+        if (not c.dynamic_sampling or (any(flags) and not all(flags))) and len(kept) < num_groups:
           kept.append(group)
+          if on_group is not None:
+            on_group(len(kept) - 1, group)
     kept = kept[:num_groups]
     informative = sum(1 for grp in kept if 0 < sum(t.passed for t in grp) < len(grp))
     stats = {

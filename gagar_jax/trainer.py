@@ -149,11 +149,18 @@ class Trainer:
       counter[0] += 1
       return task
 
-    groups, ro = self.engine.collect(state.params, next_task, n, key)
+    # Each kept group goes to the grader as soon as its round ends, so grading overlaps
+    # with later rounds and with the device's log-prob pass below.
+    submitted = [0]
+
+    def grade(slot, group):
+      submitted[0] += bool(self.grader_loop.submit(slot, group))
+
+    groups, ro = self.engine.collect(
+      state.params, next_task, n, key, on_group=grade if self.grades else None
+    )
     times["rollout_s"] = time.perf_counter() - start
-    submitted = 0
-    if self.grades:
-      submitted = sum(self.grader_loop.submit(i, grp) for i, grp in enumerate(groups))
+    submitted = submitted[0]
     batch = learner.shard_batch(rollout.to_batch(groups, n, g, t))
     t0 = time.perf_counter()
     old = learner.logprobs(state.params, batch.tokens)  # async: grading overlaps with it
