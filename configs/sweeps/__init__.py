@@ -1,0 +1,1 @@
+"""Sweep files: get_sweep(arg) -> {"runs": [...], "seeds": [...]}."""
