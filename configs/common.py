@@ -45,3 +45,24 @@ def distributed_config() -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(
     {"enabled": False, "coordinator_address": "", "num_processes": 1, "process_id": 0}
   )
+
+
+def minirepo_suite() -> ml_collections.ConfigDict:
+  """The MiniRepo suite (gagar_jax/data/builders.py); shared by SFT and RL configs."""
+  c = ml_collections.ConfigDict()
+  # Tasks per split (train seeds 0.., validation 1e6.., test 2e6..).
+  c.n_train = 4000
+  c.n_validation = 200
+  c.n_test = 200
+  # Modules per task and functions per module (difficulty).
+  c.n_files = 1
+  c.n_functions = 2
+  # Bug kinds drawn from.
+  c.bug_kinds = ("operator", "comparison", "constant", "variable", "off_by_one")
+  # Extra never-buggy functions per module.
+  c.distractors = 0
+  # Hidden test inputs per function.
+  c.n_hidden = 16
+  # verb_noun function names (harder to copy) instead of single words.
+  c.compound_names = False
+  return c

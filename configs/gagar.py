@@ -47,17 +47,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.distributed = common.distributed_config()
 
   # The MiniRepo suite tasks are drawn from (same knobs as configs/sft.py).
-  c.suite = ml_collections.ConfigDict()
-  c.suite.n_train = 4000
-  c.suite.n_validation = 200
-  c.suite.n_test = 200
-  c.suite.n_files = 1
-  c.suite.n_functions = 2
-  c.suite.bug_kinds = ("operator", "comparison", "constant", "variable", "off_by_one")
-  c.suite.distractors = 0
-  c.suite.n_hidden = 16
-  # verb_noun function names (harder to copy) instead of single words.
-  c.suite.compound_names = False
+  c.suite = common.minirepo_suite()
 
   # Rollouts (gagar_jax/rollout.py).
   c.rollout = ml_collections.ConfigDict()

@@ -33,22 +33,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.distributed = common.distributed_config()
 
   # The MiniRepo suite (see gagar_jax/data/builders.py).
-  c.suite = ml_collections.ConfigDict()
-  # Tasks per split (train seeds 0.., validation 1e6.., test 2e6..).
-  c.suite.n_train = 4000
-  c.suite.n_validation = 200
-  c.suite.n_test = 200
-  # Modules per task and functions per module (difficulty).
-  c.suite.n_files = 1
-  c.suite.n_functions = 2
-  # Bug kinds drawn from.
-  c.suite.bug_kinds = ("operator", "comparison", "constant", "variable", "off_by_one")
-  # Extra never-buggy functions per module.
-  c.suite.distractors = 0
-  # Hidden test inputs per function.
-  c.suite.n_hidden = 16
-  # verb_noun function names (harder to copy) instead of single words.
-  c.suite.compound_names = False
+  c.suite = common.minirepo_suite()
 
   # Share of demonstrations carrying each habit (the grader should rank them down).
   c.habits = ml_collections.ConfigDict()

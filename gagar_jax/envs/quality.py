@@ -72,7 +72,7 @@ def _changed_lines(old: str, new: str) -> tuple[int, set[int]]:
   return count, touched
 
 
-def _functions(source: str) -> dict[str, str]:
+def function_dumps(source: str) -> dict[str, str]:
   try:
     tree = ast.parse(source)
   except SyntaxError:
@@ -145,7 +145,7 @@ def signals(
     out_lines += len(touched - scope)
     if path != bug_path:
       out_files += 1
-    before, after = _functions(original), _functions(new)
+    before, after = function_dumps(original), function_dumps(new)
     out_fns += sum(1 for name in before if name != bug_fn and after.get(name, "") != before[name])
   views = tests = 0
   seen = set(task.files) if show_files else set()

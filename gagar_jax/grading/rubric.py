@@ -19,7 +19,6 @@ Penalty per candidate (lower is better):
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import os
 import re
@@ -65,14 +64,6 @@ class RubricGrader:
         full = os.path.join(dirpath, name)
         out[os.path.relpath(full, root)] = self._read(full)
     return out
-
-  @staticmethod
-  def _functions(source: str) -> dict[str, str]:
-    try:
-      tree = ast.parse(source)
-    except SyntaxError:
-      return {}
-    return {n.name: ast.dump(n) for n in tree.body if isinstance(n, ast.FunctionDef)}
 
   @staticmethod
   def _diff_lines(patch: str) -> int:
@@ -132,7 +123,7 @@ class RubricGrader:
       files = self._tree(os.path.join(cdir, "files"))
       r = CandidateReport(cid)
       for path, src in files.items():
-        before, after = self._functions(original.get(path, "")), self._functions(src)
+        before, after = quality.function_dumps(original.get(path, "")), quality.function_dumps(src)
         r.functions_out_of_scope += sum(
           1
           for name in set(before) | set(after)
