@@ -21,7 +21,7 @@ import dataclasses
 
 import numpy as np
 
-from gagar_jax.envs import minirepo, quality, tools
+from gagar_jax.envs import minirepo, pyast, quality, tools
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +52,7 @@ class Demonstration:
 
 
 def _return_line(source: str, func: str) -> str | None:
-  for node in ast.parse(source).body:
+  for node in pyast.parse(source).body:
     if isinstance(node, ast.FunctionDef) and node.name == func:
       rets = [n for n in node.body if isinstance(n, ast.Return)]
       if rets:
@@ -74,7 +74,7 @@ class Expert:
       def fn_of(source):
         return next(
           n
-          for n in ast.parse(source).body
+          for n in pyast.parse(source).body
           if isinstance(n, ast.FunctionDef) and n.name == bug.function
         )
 

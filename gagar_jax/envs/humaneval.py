@@ -15,7 +15,7 @@ import dataclasses
 import doctest
 import functools
 
-from gagar_jax.envs import minirepo
+from gagar_jax.envs import minirepo, pyast
 
 MODULE = "solution"
 PATH = "solution.py"
@@ -45,7 +45,7 @@ def _examples(prompt: str, entry_point: str) -> tuple[minirepo.TestCase, ...]:
   cases = []
   for ex in doctest.DocTestParser().get_examples(prompt):
     try:
-      call = ast.parse(ex.source.strip(), mode="eval").body
+      call = pyast.parse(ex.source.strip(), mode="eval").body
       if not (isinstance(call, ast.Call) and getattr(call.func, "id", "") == entry_point):
         continue
       args = tuple(ast.literal_eval(a) for a in call.args)

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from gagar_jax.envs import pyast
 from gagar_jax.envs import sandbox as sandbox_lib
 
 BUG_KINDS = ("operator", "comparison", "constant", "variable", "off_by_one", "missing_case")
@@ -123,7 +124,7 @@ class Task:
     """function name -> path of the module defining it."""
     out = {}
     for path, src in self.files.items():
-      for node in ast.parse(src).body:
+      for node in pyast.parse(src).body:
         if isinstance(node, ast.FunctionDef):
           out[node.name] = path
     return out
@@ -375,7 +376,7 @@ def _try_generate(rng, seed, difficulty):
 
   # Hidden tests: every function, random inputs plus boundary values around constants.
   hidden, boundary = [], []
-  for node in ast.walk(ast.parse(correct.source())):
+  for node in ast.walk(pyast.parse(correct.source())):
     if isinstance(node, ast.Constant) and isinstance(node.value, int):
       boundary += [node.value - 1, node.value, node.value + 1]
   boundary = sorted(set(boundary + [-1, 0, 1]))

@@ -24,7 +24,7 @@ import ast
 import dataclasses
 import difflib
 
-from gagar_jax.envs import minirepo
+from gagar_jax.envs import minirepo, pyast
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +74,7 @@ def _changed_lines(old: str, new: str) -> tuple[int, set[int]]:
 
 def function_dumps(source: str) -> dict[str, str]:
   try:
-    tree = ast.parse(source)
+    tree = pyast.parse(source)
   except SyntaxError:
     return {}
   return {n.name: ast.dump(n) for n in tree.body if isinstance(n, ast.FunctionDef)}
@@ -82,7 +82,7 @@ def function_dumps(source: str) -> dict[str, str]:
 
 def _function_lines(source: str, name: str) -> set[int]:
   try:
-    for node in ast.parse(source).body:
+    for node in pyast.parse(source).body:
       if isinstance(node, ast.FunctionDef) and node.name == name:
         return set(range(node.lineno - 1, node.end_lineno))
   except SyntaxError:
@@ -93,7 +93,7 @@ def _function_lines(source: str, name: str) -> set[int]:
 def dead_statements(source: str) -> int:
   """Statements that do nothing, in every function of `source`."""
   try:
-    tree = ast.parse(source)
+    tree = pyast.parse(source)
   except SyntaxError:
     return 0
   dead = 0

@@ -22,7 +22,7 @@ import ast
 import dataclasses
 import re
 
-from gagar_jax.envs import minirepo
+from gagar_jax.envs import minirepo, pyast
 
 ACTIONS = ("view", "replace", "insert", "delete", "write", "test", "submit")
 HELP = "actions: view, replace, insert, delete, write, test, submit"
@@ -81,7 +81,7 @@ def number_lines(source: str) -> str:
 def _function_span(source: str, func: str) -> tuple[int, int] | None:
   """0-based [start, end) line range of top-level function `func` (def line included)."""
   try:
-    tree = ast.parse(source)
+    tree = pyast.parse(source)
   except SyntaxError:
     return _function_span_text(source, func)
   for node in tree.body:
