@@ -58,5 +58,14 @@ def check(condition: bool, field: str, message: str) -> None:
     raise ConfigError(field, message)
 
 
+def check_positive_ints(obj, names, prefix: str = "") -> None:
+  """Each `obj.<name>` (attribute, or key of a mapping / ConfigDict) must be a positive int."""
+  for name in names:
+    value = obj[name] if isinstance(obj, Mapping) or hasattr(obj, "keys") else getattr(obj, name)
+    check(
+      isinstance(value, int) and value > 0, prefix + name, f"must be a positive int, got {value!r}"
+    )
+
+
 def one_of(value, options, field: str) -> None:
   check(value in options, field, f"must be one of {tuple(options)}, got {value!r}")

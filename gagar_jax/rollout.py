@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 import jax
 import numpy as np
 
-from gagar_jax.configlib import check
+from gagar_jax.configlib import check, check_positive_ints
 from gagar_jax.envs import minirepo, quality, tools, transcript
 from gagar_jax.learner.step import Batch
 from gagar_jax.models import sampler as sampler_lib
@@ -45,16 +45,17 @@ class RolloutConfig:
   max_rounds: int = 4
 
   def __post_init__(self):
-    for name in (
-      "group_size",
-      "max_turns",
-      "max_action_tokens",
-      "max_obs_tokens",
-      "max_episode_tokens",
-      "max_rounds",
-    ):
-      value = getattr(self, name)
-      check(isinstance(value, int) and value > 0, name, f"must be a positive int, got {value!r}")
+    check_positive_ints(
+      self,
+      (
+        "group_size",
+        "max_turns",
+        "max_action_tokens",
+        "max_obs_tokens",
+        "max_episode_tokens",
+        "max_rounds",
+      ),
+    )
     check(self.temperature >= 0, "temperature", f"must be >= 0, got {self.temperature}")
     check(
       self.max_episode_tokens > self.max_action_tokens + self.max_obs_tokens + 64,

@@ -20,7 +20,7 @@ import optax
 from flax import nnx
 
 from gagar_jax import sharding
-from gagar_jax.configlib import check
+from gagar_jax.configlib import check, check_positive_ints
 from gagar_jax.envs import transcript
 from gagar_jax.learner import train_state
 from gagar_jax.learner.config import OptimConfig
@@ -39,9 +39,7 @@ class SFTConfig:
   context_loss_weight: float = 0.25
 
   def __post_init__(self):
-    for name in ("batch_size", "seq_len", "steps"):
-      value = getattr(self, name)
-      check(isinstance(value, int) and value > 0, name, f"must be a positive int, got {value!r}")
+    check_positive_ints(self, ("batch_size", "seq_len", "steps"))
     check(
       0 <= self.context_loss_weight <= 1,
       "context_loss_weight",
@@ -157,23 +155,6 @@ class SFTTrainer:
 # ---------------------------------------------------------------------------- the run
 
 
-def _suite(config):
-  from gagar_jax.data import builders
-
-  s = config.suite
-  return builders.minirepo_config(
-    n_train=s.n_train,
-    n_validation=s.n_validation,
-    n_test=s.n_test,
-    n_files=s.n_files,
-    n_functions=s.n_functions,
-    bug_kinds=tuple(s.bug_kinds),
-    distractors=s.distractors,
-    n_hidden=s.n_hidden,
-    compound_names=s.compound_names,
-  )
-
-
 def load_demos(config, split: str):
   """(prompt, [(action, observation)]) pairs of the expert on `split` (built if missing)."""
   from gagar_jax.data import builders, pipeline
@@ -182,7 +163,7 @@ def load_demos(config, split: str):
   habits = expert.HabitConfig(**dict(config.habits))
   ds = pipeline.demos(
     config.data_dir,
-    builders.demos_config(_suite(config), habits, config.seed),
+    builders.demos_config(builders.suite_from_config(config.suite), habits, config.seed),
     split,
     seed=config.seed,
     shuffle=False,
@@ -212,7 +193,7 @@ def run(config, workdir: str, export: str = "") -> dict:
 
   from gagar_jax import metrics as metrics_lib
   from gagar_jax import rollout
-  from gagar_jax.data import pipeline
+  from gagar_jax.data import builders, pipeline
   from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
   from gagar_jax.learner.checkpoint import Checkpointer
   from gagar_jax.models import tokenizers, transformer
@@ -271,7 +252,12 @@ def run(config, workdir: str, export: str = "") -> dict:
   pool = SandboxPool(SandboxConfig(workers=config.sandbox_workers))
   engine = rollout.RolloutEngine(rollout_cfg, model_config, trainer.graphdef, tok, pool)
   val = pipeline.tasks(
-    config.data_dir, _suite(config), "validation", seed=config.seed, shuffle=False, repeat=True
+    config.data_dir,
+    builders.suite_from_config(config.suite),
+    "validation",
+    seed=config.seed,
+    shuffle=False,
+    repeat=True,
   )
   val_tasks = [val[i] for i in range(config.eval.tasks)]
   writer = metrics_lib.MetricWriter(workdir)
@@ -319,7 +305,12 @@ def run(config, workdir: str, export: str = "") -> dict:
     writer.close()
 
   test = pipeline.tasks(
-    config.data_dir, _suite(config), "test", seed=config.seed, shuffle=False, repeat=True
+    config.data_dir,
+    builders.suite_from_config(config.suite),
+    "test",
+    seed=config.seed,
+    shuffle=False,
+    repeat=True,
   )
   final = evaluate_policy(
     engine,

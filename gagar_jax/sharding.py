@@ -160,15 +160,20 @@ def batch_sharding(mesh: Mesh, rules=None, ndim: int = 2) -> NamedSharding:
   return NamedSharding(mesh, spec)
 
 
+def batch_axes(mesh: Mesh, rules=None) -> tuple[tuple[str, ...], int]:
+  """The mesh axes a batch dimension is split over, and their total size."""
+  entry = logical_to_spec(("batch",), rules)[0]
+  axes = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+  return axes, math.prod(mesh.shape[a] for a in axes)
+
+
 def shard_batch(tree, mesh: Mesh, rules=None, field: str = "batch_size"):
   """Places global host arrays `[B, ...]` on the mesh, B split over the batch axes."""
 
   def put(x):
     x = np.asarray(x)
     sharding = batch_sharding(mesh, rules, x.ndim)
-    entry = sharding.spec[0]
-    mesh_axes = () if entry is None else (entry,) if isinstance(entry, str) else entry
-    size = math.prod(mesh.shape[a] for a in mesh_axes)
+    mesh_axes, size = batch_axes(mesh, rules)
     if x.shape[0] % size:
       raise ConfigError(
         field,

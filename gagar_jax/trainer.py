@@ -22,7 +22,7 @@ import numpy as np
 
 from gagar_jax import evaluation, policy_io, rollout, sharding
 from gagar_jax import metrics as metrics_lib
-from gagar_jax.configlib import check, one_of
+from gagar_jax.configlib import check, check_positive_ints, one_of
 from gagar_jax.errors import ConfigError
 from gagar_jax.learner.checkpoint import Checkpointer
 from gagar_jax.learner.config import LearnerConfig
@@ -37,9 +37,7 @@ def parse_config(config):
   """Validates every section up front; returns (LearnerConfig, RolloutConfig)."""
   one_of(config.arm, ARMS, "arm")
   one_of(config.grader.backend, GRADER_BACKENDS, "grader.backend")
-  for name in ("steps", "num_groups", "updates_per_batch", "checkpoint_every"):
-    value = config[name]
-    check(isinstance(value, int) and value > 0, name, f"must be a positive int, got {value!r}")
+  check_positive_ints(config, ("steps", "num_groups", "updates_per_batch", "checkpoint_every"))
   check(config.eval.every_steps > 0, "eval.every_steps", "must be > 0")
   check(config.grader.timeout_s > 0, "grader.timeout_s", "must be > 0")
   check(config.grader.workers > 0, "grader.workers", "must be > 0")
@@ -77,11 +75,10 @@ class Trainer:
   def __init__(self, config, workdir: str):
     self.config, self.workdir = config, workdir
     self.learner_cfg, self.rollout_cfg = parse_config(config)  # before any compute
-    from gagar_jax.data import pipeline
+    from gagar_jax.data import builders, pipeline
     from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
     from gagar_jax.grading import loop as loop_lib
     from gagar_jax.grading import rubric
-    from gagar_jax.sft import _suite
 
     sharding.initialize_distributed(config.distributed)
     os.makedirs(workdir, exist_ok=True)
@@ -121,7 +118,7 @@ class Trainer:
       root=os.path.join(workdir, "workspaces"),
       seed=config.seed,
     )
-    suite = _suite(config)
+    suite = builders.suite_from_config(config.suite)
     self.train_tasks = pipeline.tasks(config.data_dir, suite, "train", seed=config.seed)
     val = pipeline.tasks(config.data_dir, suite, "validation", seed=0, shuffle=False)
     test = pipeline.tasks(config.data_dir, suite, "test", seed=0, shuffle=False)

@@ -62,6 +62,21 @@ def minirepo_config(**kwargs) -> MiniRepoConfig:
   return dataclasses.replace(cfg, name=name)
 
 
+def suite_from_config(suite) -> MiniRepoConfig:
+  """The suite of an experiment config's `suite` section (configs/common.py)."""
+  return minirepo_config(
+    n_train=suite.n_train,
+    n_validation=suite.n_validation,
+    n_test=suite.n_test,
+    n_files=suite.n_files,
+    n_functions=suite.n_functions,
+    bug_kinds=tuple(suite.bug_kinds),
+    distractors=suite.distractors,
+    n_hidden=suite.n_hidden,
+    compound_names=suite.compound_names,
+  )
+
+
 class Minirepo(tfds.core.GeneratorBasedBuilder):
   """Generated code-repair tasks; each example is one task as JSON."""
 

@@ -59,12 +59,16 @@ def tasks(
   repeat: bool = True,
 ) -> grain.MapDataset:
   """A grain `MapDataset` of `Task`s; `ds[i]` is deterministic in (seed, i)."""
-  ds = grain.MapDataset.source(task_source(data_dir, suite, split)).seed(seed)
+  return _dataset(task_source(data_dir, suite, split), decode_task, seed, shuffle, repeat)
+
+
+def _dataset(source, decode, seed: int, shuffle: bool, repeat: bool) -> grain.MapDataset:
+  ds = grain.MapDataset.source(source).seed(seed)
   if shuffle:
     ds = ds.shuffle()
   if repeat:
     ds = ds.repeat()
-  return ds.map(decode_task)
+  return ds.map(decode)
 
 
 def decode_demo(example) -> dict:
@@ -88,10 +92,6 @@ def demos(
   shuffle: bool = True,
   repeat: bool = True,
 ) -> grain.MapDataset:
-  ds = grain.MapDataset.source(demos_builder(data_dir, config).as_data_source(split=split))
-  ds = ds.seed(seed)
-  if shuffle:
-    ds = ds.shuffle()
-  if repeat:
-    ds = ds.repeat()
-  return ds.map(decode_demo)
+  """A grain `MapDataset` of decoded demonstrations (see `decode_demo`)."""
+  source = demos_builder(data_dir, config).as_data_source(split=split)
+  return _dataset(source, decode_demo, seed, shuffle, repeat)

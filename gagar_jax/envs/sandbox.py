@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from concurrent import futures
 from typing import Any
 
-from gagar_jax.configlib import check
+from gagar_jax.configlib import check, check_positive_ints
 from gagar_jax.envs import sandbox_server as wire
 
 _SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_server.py")
@@ -78,9 +78,9 @@ class SandboxConfig:
   interpreter: str = ""
 
   def __post_init__(self):
-    for name in ("workers", "cpu_s", "memory_mb", "fsize_mb", "nofile", "nproc", "tmpfs_mb"):
-      value = getattr(self, name)
-      check(isinstance(value, int) and value > 0, name, f"must be a positive int, got {value!r}")
+    check_positive_ints(
+      self, ("workers", "cpu_s", "memory_mb", "fsize_mb", "nofile", "nproc", "tmpfs_mb")
+    )
     check(self.wall_s > 0, "wall_s", f"must be > 0, got {self.wall_s}")
     check(
       self.uid_base >= 1000, "uid_base", f"must be a non-system uid >= 1000, got {self.uid_base}"

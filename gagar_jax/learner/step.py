@@ -13,7 +13,6 @@ Compiled once per run (fixed shapes, explicit in/out shardings, state donated).
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import jax
@@ -244,9 +243,7 @@ def check_batch(batch: Batch, mesh, micro_batches: int, rules=None) -> None:
     want = (n, g, t) if name in ("tokens", "mask", "old_logprobs", "ref_logprobs") else (n, g)
     if tuple(np.shape(x)) != want:
       raise ValueError(f"batch.{name} has shape {np.shape(x)}, expected {want}")
-  spec = sharding.batch_sharding(mesh, rules, 1).spec[0]
-  axes = () if spec is None else (spec,) if isinstance(spec, str) else spec
-  shards = math.prod(mesh.shape[a] for a in axes)
+  axes, shards = sharding.batch_axes(mesh, rules)
   if n % micro_batches:
     raise ConfigError(
       "learner.micro_batches", f"{micro_batches} does not divide the {n} groups of a batch"

@@ -312,9 +312,7 @@ class Sampler:
     return jax.jit(zeros, out_shardings=self._state_shardings())()
 
   def _check_batch(self, batch: int) -> None:
-    spec = sharding_lib.batch_sharding(self._mesh, self._rules, 1).spec[0]
-    axes = () if spec is None else (spec,) if isinstance(spec, str) else spec
-    size = int(np.prod([self._mesh.shape[a] for a in axes]))
+    axes, size = sharding_lib.batch_axes(self._mesh, self._rules)
     if batch % size:
       raise ConfigError(
         "sampler.batch_size", f"{batch} rows do not divide over mesh axes {axes} (size {size})"
