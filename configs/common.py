@@ -66,3 +66,20 @@ def minirepo_suite() -> ml_collections.ConfigDict:
   # verb_noun function names (harder to copy) instead of single words.
   c.compound_names = False
   return c
+
+
+def grader_agent() -> ml_collections.ConfigDict:
+  """Budgets of the agentic LM / OpenAI grader (gagar_jax/grading/agent.py AgentConfig)."""
+  c = ml_collections.ConfigDict()
+  # Model calls per grading attempt, and tokens per call (one action).
+  c.max_turns = 16
+  c.max_action_tokens = 24
+  # Stop an attempt once the conversation (prompt + completions) reaches this many tokens.
+  c.max_total_tokens = 1000
+  # Tool outputs are cut to this many characters.
+  c.max_observation_chars = 600
+  # Attempts per group: the first greedy, a retry sampled at retry_temperature; then the
+  # grader loop's fallback (equal ranks).
+  c.attempts = 2
+  c.retry_temperature = 0.7
+  return c

@@ -5,12 +5,15 @@
     python experiments/train.py --config=configs/gagar.py:arm=grpo --workdir=runs/grpo
     python experiments/train.py --config=configs/gagar.py:arm=gagar_no_rescale,seed=1 \\
         --workdir=runs/no_rescale_s1
+    python experiments/train.py --config=configs/gagar.py:grader=lm --workdir=runs/gagar_lm
     python experiments/train.py --config=configs/gagar.py:arm=reward_shaping \\
         --config.learner.advantage.scheme=exponential --workdir=runs/shaping
 
 Arms: grpo (no grading), gagar (rank-weighted, sum-preserving redistribution),
 gagar_no_rescale (weights without rescaling: total credit shrinks), reward_shaping
 (grader score added to the binary reward; the alternative the paper argues against).
+Graders: rubric (default), lm (the SFT-trained LM grader in assets/lm_grader), openai
+(any OpenAI-compatible endpoint, e.g. experiments/serve_grader.py).
 """
 
 from __future__ import annotations
@@ -20,12 +23,17 @@ import ml_collections
 from configs import common, model_sizes
 
 ARMS = ("grpo", "gagar", "gagar_no_rescale", "reward_shaping")
+GRADERS = ("rubric", "lm", "openai")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = common.parse_arg(arg, arm="gagar", size="tiny", seed=0, runlocal=False, demo=False)
+  args = common.parse_arg(
+    arg, arm="gagar", size="tiny", seed=0, runlocal=False, demo=False, grader="rubric"
+  )
   if args.arm not in ARMS:
     raise ValueError(f"arm={args.arm!r}: must be one of {ARMS}")
+  if args.grader not in GRADERS:
+    raise ValueError(f"grader={args.grader!r}: must be one of {GRADERS}")
   c = ml_collections.ConfigDict()
   # The experiment arm (see the module docstring).
   c.arm = args.arm
@@ -101,8 +109,23 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   # The grader (used by every arm but grpo).
   c.grader = ml_collections.ConfigDict()
-  # Backend: rubric (the deterministic agentic grader).
-  c.grader.backend = "rubric"
+  # Backend: rubric (the deterministic agentic grader), lm (the SFT-trained LM grader,
+  # in-process) or openai (the same agent against an OpenAI-compatible endpoint).
+  c.grader.backend = args.grader
+  # lm: a grader folder (experiments/sft.py --config=configs/grader_sft.py --export=DIR).
+  c.grader.lm_path = "assets/lm_grader"
+  # openai: endpoint, model and key ("" -> $OPENAI_BASE_URL, $OPENAI_MODEL, $<api_key_env>).
+  c.grader.openai = ml_collections.ConfigDict()
+  c.grader.openai.base_url = ""
+  c.grader.openai.model = "gagar-lm-grader"
+  c.grader.openai.api_key_env = "OPENAI_API_KEY"
+  # Requests in flight, per-request timeout, retries (429 / 5xx / network) with backoff.
+  c.grader.openai.concurrency = 4
+  c.grader.openai.timeout_s = 30.0
+  c.grader.openai.retries = 3
+  c.grader.openai.backoff_s = 0.25
+  # Budgets of the lm / openai grading agent.
+  c.grader.agent = common.grader_agent()
   c.grader.workers = 2
   c.grader.timeout_s = 20.0
   # reward_shaping: reward = passed + coef * (1 - rank / max_rank) for passing trajectories.

@@ -79,6 +79,7 @@ def summarize_run(workdir: str) -> dict:
     "dead_code_rate": final["passing_dead_code"],
     "bloated_rate": final["passing_bloated"],
     "grad_norm_var": float(np.var([r["train/grad_norm"] for r in train])) if train else 0.0,
+    "wall_minutes": float(summary.get("wall_minutes", 0.0)),
     "curve": curve,
     "train_pass": [(r["step"], r["train/pass_rate"]) for r in train],
   }
@@ -133,6 +134,9 @@ def verdicts(agg) -> list[str]:
   cmp("gagar", "grpo", "bloated_rate", False, "GAGAR's passing solutions are cleaner")
   cmp("gagar", "gagar_no_rescale", "final_test_pass@1", True, "sum preservation matters")
   cmp("gagar", "reward_shaping", "grad_norm_var", False, "reward shaping is less stable")
+  cmp("gagar_lm", "grpo", "final_test_pass@1", True, "GAGAR with the LM grader raises pass rate")
+  cmp("gagar_lm", "grpo", "bloated_rate", False, "the LM grader's GAGAR gives cleaner solutions")
+  cmp("gagar_lm", "gagar", "final_test_pass@1", True, "the LM grader matches the rubric grader")
   return out
 
 
@@ -171,7 +175,8 @@ def write_markdown(agg, sweep, command: str, minutes: float, path: str) -> None:
     f"Command: `{command}`",
     "",
     f"{len(sweep['runs'])} runs ({', '.join(arms)} x {len(sweep['seeds'])} seeds), "
-    f"{minutes:.0f} minutes on this machine. Mean +- std over seeds.",
+    f"{minutes:.0f} minutes of training runs on this machine (sum over runs). "
+    "Mean +- std over seeds.",
     "",
     "| metric | " + " | ".join(arms) + " |",
     "| --- |" + " --- |" * len(arms),
@@ -198,7 +203,6 @@ def write_markdown(agg, sweep, command: str, minutes: float, path: str) -> None:
 def main(argv):
   del argv
   sweep = load_sweep(_SWEEP.value)
-  start = time.time()
   results: dict[str, list[dict]] = {}
   for run in sweep["runs"]:
     workdir = os.path.join(_ROOT.value, run["name"])
@@ -212,9 +216,8 @@ def main(argv):
   os.makedirs(_RESULTS.value, exist_ok=True)
   plot(results, os.path.join(_RESULTS.value, "ablations.png"))
   command = "python " + " ".join(sys.argv)
-  write_markdown(
-    agg, sweep, command, (time.time() - start) / 60, os.path.join(_RESULTS.value, "ablations.md")
-  )
+  minutes = sum(r["wall_minutes"] for runs in results.values() for r in runs)
+  write_markdown(agg, sweep, command, minutes, os.path.join(_RESULTS.value, "ablations.md"))
   print("\n".join(verdicts(agg)))
   print(f"[ablations] wrote {_RESULTS.value}/ablations.md and ablations.png")
 

@@ -1,6 +1,8 @@
-"""Supervised warm start of the policy on expert demonstrations (the pre-RL checkpoint).
+"""Supervised training: the policy's warm start, or the LM grader (config.target).
 
 python experiments/sft.py --config=configs/sft.py --workdir=runs/sft
+python experiments/sft.py --config=configs/grader_sft.py --workdir=runs/grader \\
+    --export=assets/lm_grader
 """
 
 import os
@@ -24,6 +26,11 @@ _EXPORT = flags.DEFINE_string(
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)  # progress lines only; orbax/jax INFO is noise
+  if _CONFIG.value.get("target", "policy") == "grader":
+    from gagar_jax.grading import training
+
+    training.run(_CONFIG.value, _WORKDIR.value, export=_EXPORT.value)
+    return
   summary = sft.run(_CONFIG.value, _WORKDIR.value, export=_EXPORT.value)
   if _REPORT.value:
     command = "python " + " ".join(sys.argv)

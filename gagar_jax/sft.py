@@ -181,8 +181,114 @@ def evaluate_policy(engine, params, tasks, key) -> dict:
   return evaluation.policy_metrics(groups)
 
 
+class Fitted:
+  """What `fit` leaves: the tokenizer, model, trainer and final state, and the curve."""
+
+  def __init__(self, **kw):
+    self.__dict__.update(kw)
+
+
+def fit(config, workdir: str, pairs, evaluate, *, tag: str, max_obs_tokens, start: float):
+  """The supervised loop shared by the policy and the grader warm starts.
+
+  `pairs`: [(prompt, [(action, observation)])]. Trains a BPE on them (or reuses
+  workdir/tokenizer), encodes them, trains with `config.sft` under
+  `config.time_budget_minutes`, checkpoints in workdir/checkpoints (resuming from
+  there), and every `config.eval.every_steps` calls `evaluate(trainer, params,
+  model_config, tok, step) -> dict of metrics` (its numbers go to the curve).
+  """
+  import os
+  import time
+
+  from gagar_jax import metrics as metrics_lib
+  from gagar_jax.learner.checkpoint import Checkpointer
+  from gagar_jax.models import tokenizers, transformer
+
+  sft_config = SFTConfig(**dict(config.sft))
+  tok_dir = os.path.join(workdir, "tokenizer")
+  if os.path.exists(os.path.join(tok_dir, "tokenizer.json")):
+    tok = tokenizers.HFTokenizer.from_file(tok_dir)
+  else:
+    prompts, turns = zip(*pairs, strict=True)
+    tok = tokenizers.train_bpe(
+      transcript.corpus(prompts, turns), config.tokenizer_vocab_size, transcript.SPECIALS
+    )
+    tok.save(tok_dir)
+  tokens, weights, dropped = encode_demos(
+    tok, pairs, sft_config.seq_len, sft_config.context_loss_weight, max_obs_tokens
+  )
+  model_config = transformer.ModelConfig.from_dict({**config.model, "vocab_size": tok.vocab_size})
+  mesh = sharding.make_mesh(config.mesh)
+  trainer = SFTTrainer(sft_config, model_config, mesh, config.sharding_rules)
+  ckpt = Checkpointer(
+    os.path.join(workdir, "checkpoints"),
+    trainer.abstract_state,
+    trainer.state_shardings,
+    save_every=config.checkpoint_every,
+    keep=2,
+  )
+  if ckpt.latest_step() is not None:
+    state, meta = ckpt.restore()
+    print(f"[{tag}] resumed from step {int(state.step)}", flush=True)
+  else:
+    state, meta = trainer.init(config.seed), {}
+  print(
+    f"[{tag}] {model_config.num_params() / 1e6:.2f}M params, {len(tokens)} sequences "
+    f"({dropped} longer than {sft_config.seq_len} dropped), mean "
+    f"{float((weights > 0).sum(1).mean()):.0f} tokens",
+    flush=True,
+  )
+  writer = metrics_lib.MetricWriter(workdir)
+  curve = list(meta.get("curve", []))
+  budget = config.time_budget_minutes * 60 or float("inf")
+  batches = trainer.batches(
+    tokens, weights, sft_config.batch_size, config.seed, start=int(state.step)
+  )
+  step = first_step = int(state.step)
+  train_start, losses = time.time(), []
+  try:
+    while step < sft_config.steps and time.time() - start < budget:
+      _, x, w = next(batches)
+      state, m = trainer.step(state, x, w)
+      step = int(state.step)
+      losses.append(m["action_nll"])
+      writer.write(step, m, prefix="sft")
+      if step % 50 == 0:
+        rate = (time.time() - train_start) / max(step - first_step, 1)
+        eta = min((sft_config.steps - step) * rate, budget - (time.time() - start))
+        print(
+          f"[{tag}] step {step}/{sft_config.steps} loss {m['loss']:.3f} action-nll "
+          f"{m['action_nll']:.3f} | {time.time() - start:.0f}s, eta {eta:.0f}s",
+          flush=True,
+        )
+      if step % config.eval.every_steps == 0 or step == sft_config.steps:
+        ev = evaluate(trainer, state.params, model_config, tok, step)
+        curve.append(
+          {
+            "step": step,
+            "seconds": time.time() - start,
+            "action_nll": float(np.mean(losses[-50:])),
+            **ev,
+          }
+        )
+        writer.write(step, ev, prefix="eval")
+      ckpt.save(step, state, {"curve": curve})
+  finally:
+    ckpt.save(step, state, {"curve": curve}, force=True)
+    writer.close()
+  return Fitted(
+    tok=tok,
+    model_config=model_config,
+    trainer=trainer,
+    state=state,
+    curve=curve,
+    step=step,
+    train_minutes=(time.time() - train_start) / 60,
+  )
+
+
 def run(config, workdir: str, export: str = "") -> dict:
-  """The warm start: data, tokenizer, SFT with periodic sampled evaluation, checkpoint.
+  """The policy warm start: data, tokenizer, SFT with periodic sampled evaluation.
 
   Writes to `workdir`: tokenizer/, checkpoints/, metrics.jsonl, tensorboard/,
   summary.json and curve.png. Returns the summary.
@@ -195,11 +301,8 @@ def run(config, workdir: str, export: str = "") -> dict:
   from gagar_jax import rollout
   from gagar_jax.data import builders, pipeline
   from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
-  from gagar_jax.learner.checkpoint import Checkpointer
-  from gagar_jax.models import tokenizers, transformer
 
   start = time.time()
-  sft_config = SFTConfig(**dict(config.sft))
   rollout_cfg = rollout.RolloutConfig(group_size=config.eval.group_size, **dict(config.rollout))
   sharding.initialize_distributed(config.distributed)
   os.makedirs(workdir, exist_ok=True)
@@ -215,128 +318,66 @@ def run(config, workdir: str, export: str = "") -> dict:
     + ", ".join(f"{k} {v:.0%}" for k, v in habit_share.items()),
     flush=True,
   )
-
-  tok_dir = os.path.join(workdir, "tokenizer")
-  if os.path.exists(os.path.join(tok_dir, "tokenizer.json")):
-    tok = tokenizers.HFTokenizer.from_file(tok_dir)
-  else:
-    prompts, turns = zip(*pairs, strict=True)
-    tok = tokenizers.train_bpe(
-      transcript.corpus(prompts, turns), config.tokenizer_vocab_size, transcript.SPECIALS
-    )
-    tok.save(tok_dir)
-  tokens, weights, dropped = encode_demos(
-    tok, pairs, sft_config.seq_len, sft_config.context_loss_weight, config.rollout.max_obs_tokens
-  )
-  model_config = transformer.ModelConfig.from_dict({**config.model, "vocab_size": tok.vocab_size})
-  mesh = sharding.make_mesh(config.mesh)
-  trainer = SFTTrainer(sft_config, model_config, mesh, config.sharding_rules)
-  ckpt = Checkpointer(
-    os.path.join(workdir, "checkpoints"),
-    trainer.abstract_state,
-    trainer.state_shardings,
-    save_every=config.checkpoint_every,
-    keep=2,
-  )
-  if ckpt.latest_step() is not None:
-    state, meta = ckpt.restore()
-    print(f"[sft] resumed from step {int(state.step)}", flush=True)
-  else:
-    state, meta = trainer.init(config.seed), {}
-  print(
-    f"[sft] {model_config.num_params() / 1e6:.2f}M params, {len(tokens)} sequences "
-    f"({dropped} too long), mean {float((weights > 0).sum(1).mean()):.0f} tokens",
-    flush=True,
-  )
-
-  pool = SandboxPool(SandboxConfig(workers=config.sandbox_workers))
-  engine = rollout.RolloutEngine(rollout_cfg, model_config, trainer.graphdef, tok, pool)
-  val = pipeline.tasks(
-    config.data_dir,
-    builders.suite_from_config(config.suite),
-    "validation",
-    seed=config.seed,
-    shuffle=False,
-    repeat=True,
-  )
+  suite = builders.suite_from_config(config.suite)
+  val = pipeline.tasks(config.data_dir, suite, "validation", seed=config.seed, shuffle=False)
   val_tasks = [val[i] for i in range(config.eval.tasks)]
-  writer = metrics_lib.MetricWriter(workdir)
-  curve = list(meta.get("curve", []))
-  budget = config.time_budget_minutes * 60 or float("inf")
-  batches = trainer.batches(
-    tokens, weights, sft_config.batch_size, config.seed, start=int(state.step)
-  )
+  pool = SandboxPool(SandboxConfig(workers=config.sandbox_workers))
   key = jax.random.key(config.seed)
-  step = first_step = int(state.step)
-  train_start, losses = time.time(), []
-  try:
-    while step < sft_config.steps and time.time() - start < budget:
-      _, x, w = next(batches)
-      state, m = trainer.step(state, x, w)
-      step = int(state.step)
-      losses.append(m["action_nll"])
-      writer.write(step, m, prefix="sft")
-      if step % 50 == 0:
-        rate = (time.time() - train_start) / max(step - first_step, 1)
-        eta = min((sft_config.steps - step) * rate, budget - (time.time() - start))
-        print(
-          f"[sft] step {step}/{sft_config.steps} loss {m['loss']:.3f} action-nll "
-          f"{m['action_nll']:.3f} | {time.time() - start:.0f}s, eta {eta:.0f}s",
-          flush=True,
-        )
-      if step % config.eval.every_steps == 0 or step == sft_config.steps:
-        ev = evaluate_policy(engine, state.params, val_tasks, jax.random.fold_in(key, step))
-        point = {
-          "step": step,
-          "seconds": time.time() - start,
-          "action_nll": float(np.mean(losses[-50:])),
-          **ev,
-        }
-        curve.append(point)
-        writer.write(step, ev, prefix="eval")
-        print(
-          f"[eval] step {step}: pass@1 {ev['pass@1']:.2f} informative "
-          f"{ev['informative_groups']:.2f} bloated-passing {ev['passing_bloated']:.2f}",
-          flush=True,
-        )
-      ckpt.save(step, state, {"curve": curve})
-  finally:
-    ckpt.save(step, state, {"curve": curve}, force=True)
-    writer.close()
+  engines = {}
 
-  test = pipeline.tasks(
-    config.data_dir,
-    builders.suite_from_config(config.suite),
-    "test",
-    seed=config.seed,
-    shuffle=False,
-    repeat=True,
+  def engine_for(trainer, model_config, tok):
+    if "engine" not in engines:
+      engines["engine"] = rollout.RolloutEngine(
+        rollout_cfg, model_config, trainer.graphdef, tok, pool
+      )
+    return engines["engine"]
+
+  def evaluate(trainer, params, model_config, tok, step):
+    engine = engine_for(trainer, model_config, tok)
+    ev = evaluate_policy(engine, params, val_tasks, jax.random.fold_in(key, step))
+    print(
+      f"[eval] step {step}: pass@1 {ev['pass@1']:.2f} informative "
+      f"{ev['informative_groups']:.2f} bloated-passing {ev['passing_bloated']:.2f}",
+      flush=True,
+    )
+    return ev
+
+  fitted = fit(
+    config,
+    workdir,
+    pairs,
+    evaluate,
+    tag="sft",
+    max_obs_tokens=config.rollout.max_obs_tokens,
+    start=start,
   )
+  test = pipeline.tasks(config.data_dir, suite, "test", seed=config.seed, shuffle=False)
+  engine = engine_for(fitted.trainer, fitted.model_config, fitted.tok)
   final = evaluate_policy(
     engine,
-    state.params,
+    fitted.state.params,
     [test[i] for i in range(config.eval.final_tasks)],
     jax.random.fold_in(key, 10**6),
   )
   pool.close()
   summary = {
-    "steps": step,
-    "train_minutes": (time.time() - train_start) / 60,
+    "steps": fitted.step,
+    "train_minutes": fitted.train_minutes,
     "wall_minutes": (time.time() - start) / 60,
     "final_test": final,
     "habit_share_in_demos": habit_share,
-    "curve": curve,
-    "params": model_config.num_params(),
+    "curve": fitted.curve,
+    "params": fitted.model_config.num_params(),
   }
   with open(os.path.join(workdir, "summary.json"), "w") as f:
     json.dump(summary, f, indent=2)
   if export:
     from gagar_jax import policy_io
 
-    policy_io.export(export, tok, model_config, state.params)
+    policy_io.export(export, fitted.tok, fitted.model_config, fitted.state.params)
     with open(os.path.join(export, "summary.json"), "w") as f:
       json.dump({k: v for k, v in summary.items() if k != "curve"}, f, indent=2)
-  plot_curve(curve, os.path.join(workdir, "curve.png"))
+  plot_curve(fitted.curve, os.path.join(workdir, "curve.png"))
   print(
     f"[sft] done: test pass@1 {final['pass@1']:.2f}, informative groups "
     f"{final['informative_groups']:.2f}, bloated passing {final['passing_bloated']:.2f}; "

@@ -30,7 +30,7 @@ from gagar_jax.learner.learner import Learner
 from gagar_jax.learner.step import NonFiniteError
 
 ARMS = ("grpo", "gagar", "gagar_no_rescale", "reward_shaping")
-GRADER_BACKENDS = ("rubric",)
+GRADER_BACKENDS = ("rubric", "lm", "openai")
 
 
 def parse_config(config):
@@ -55,6 +55,18 @@ def parse_config(config):
     raise ConfigError("learner.advantage.redistribute", f"must be False for arm={config.arm}")
   if config.arm == "gagar_no_rescale" and adv.preserve_sum:
     raise ConfigError("learner.advantage.preserve_sum", "must be False for gagar_no_rescale")
+  if config.grader.backend == "lm" and not os.path.exists(
+    os.path.join(config.grader.lm_path, "grader.json")
+  ):
+    raise ConfigError(
+      "grader.lm_path",
+      f"{config.grader.lm_path!r} is not a grader folder (no grader.json; make one with "
+      "experiments/sft.py --config=configs/grader_sft.py --export=DIR)",
+    )
+  if config.grader.backend in ("lm", "openai"):
+    agent_config(config)
+  if config.grader.backend == "openai":
+    openai_config(config).resolved()
   if not os.path.exists(os.path.join(config.init_from, "params.safetensors")):
     raise ConfigError(
       "init_from",
@@ -62,6 +74,38 @@ def parse_config(config):
       "(make one with experiments/sft.py --export=DIR)",
     )
   return learner_cfg, rollout_cfg
+
+
+def agent_config(config):
+  from gagar_jax.grading import agent
+
+  try:
+    return agent.AgentConfig(**dict(config.grader.agent))
+  except ConfigError as e:
+    raise ConfigError(f"grader.agent.{e.field}", str(e).split(": ", 1)[1]) from None
+
+
+def openai_config(config):
+  from gagar_jax.grading import openai_grader
+
+  try:
+    return openai_grader.OpenAIConfig(**dict(config.grader.openai))
+  except ConfigError as e:
+    raise ConfigError(f"grader.openai.{e.field}", str(e).split(": ", 1)[1]) from None
+
+
+def make_grader(config):
+  """The grader of `config.grader.backend`."""
+  from gagar_jax.grading import lm_grader, openai_grader, rubric
+
+  backend = config.grader.backend
+  if backend == "rubric":
+    return rubric.RubricGrader()
+  if backend == "lm":
+    return lm_grader.LMGrader(
+      lm_grader.load_chat_model(config.grader.lm_path), agent_config(config)
+    )
+  return openai_grader.OpenAIGrader.from_config(openai_config(config), agent_config(config))
 
 
 def shaped_rewards(passed: np.ndarray, ranks: np.ndarray, coef: float) -> np.ndarray:
@@ -78,7 +122,6 @@ class Trainer:
     from gagar_jax.data import builders, pipeline
     from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
     from gagar_jax.grading import loop as loop_lib
-    from gagar_jax.grading import rubric
 
     sharding.initialize_distributed(config.distributed)
     os.makedirs(workdir, exist_ok=True)
@@ -111,8 +154,9 @@ class Trainer:
       rules=config.sharding_rules,
     )
     self.grades = config.arm != "grpo"
+    self.grader = make_grader(config) if self.grades else None
     self.grader_loop = loop_lib.GraderLoop(
-      rubric.RubricGrader(),
+      self.grader,
       workers=config.grader.workers,
       timeout_s=config.grader.timeout_s,
       root=os.path.join(workdir, "workspaces"),
@@ -167,7 +211,12 @@ class Trainer:
     ranks = np.zeros((n, g), np.int32)
     grade_metrics = {}
     if self.grades:
+      before = dict(getattr(self.grader, "stats", {}))
       ranks, grade_metrics = self.grader_loop.collect(n, g)
+      if before:  # the agentic LM / endpoint graders: model tokens and retries this step
+        after = self.grader.stats
+        for k in ("tokens", "turns", "retries"):
+          grade_metrics[f"grader_{k}"] = float(after[k] - before[k])
     jax.block_until_ready((old, ref))
     times["logprob_and_grading_s"] = time.perf_counter() - t0
     host = rollout.to_batch(groups, n, g, t, ranks=ranks)

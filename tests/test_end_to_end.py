@@ -119,3 +119,61 @@ def test_bad_nested_config_names_field(warm_start, section, key, value, field):
 def test_unknown_arm_in_config_arg():
   with pytest.raises(ValueError, match="arm='best'"):
     gagar_config.get_config("arm=best")
+
+
+@pytest.mark.parametrize(
+  "settings,field",
+  [
+    ({"backend": "lm", "lm_path": "/nonexistent"}, "grader.lm_path"),
+    ({"backend": "openai"}, "grader.openai.base_url"),
+    (
+      {"backend": "openai", "openai.base_url": "http://127.0.0.1:9/v1", "openai.concurrency": 0},
+      "grader.openai.concurrency",
+    ),
+    (
+      {"backend": "openai", "openai.base_url": "http://127.0.0.1:9/v1", "agent.max_turns": 0},
+      "grader.agent.max_turns",
+    ),
+  ],
+)
+def test_bad_grader_backend_config_names_field(warm_start, settings, field, monkeypatch):
+  monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+  config = _rl_config(warm_start)
+  for key, value in settings.items():
+    node = config.grader
+    *path, last = key.split(".")
+    for part in path:
+      node = node[part]
+    node[last] = value
+  with pytest.raises(ConfigError, match="^" + field.replace(".", r"\.") + ":"):
+    trainer.parse_config(config)
+
+
+def test_grader_sft_then_rl_with_the_lm_grader(warm_start):
+  """The LM grader made by experiments/sft.py drives a GAGAR run (plumbing, nano sizes)."""
+  root = warm_start
+  out = _run(
+    "sft.py",
+    "--config=configs/grader_sft.py:runlocal=True",
+    f"--workdir={root / 'grader'}",
+    f"--config.data_dir={root / 'data'}",
+    f"--export={root / 'grader_export'}",
+  )
+  assert "[grader] done: held-out top-1" in out
+  summary = json.load(open(root / "grader" / "summary.json"))
+  assert summary["demonstrations"] > 0 and "kendall_tau" in summary["held_out"]
+  assert os.path.exists(root / "grader_export" / "grader.json")
+  workdir = str(root / "rl_lm")
+  out = _run(
+    "train.py",
+    "--config=configs/gagar.py:runlocal=True,grader=lm",
+    f"--workdir={workdir}",
+    f"--config.data_dir={root / 'data'}",
+    f"--config.init_from={root / 'policy'}",
+    f"--config.grader.lm_path={root / 'grader_export'}",
+    "--config.steps=1",
+  )
+  assert "[train] done" in out
+  records = [r for r in metrics.read(os.path.join(workdir, "metrics.jsonl")) if "train/loss" in r]
+  assert records and "train/grader_submitted" in records[0]
+  assert json.load(open(os.path.join(workdir, "config.json")))["grader"]["backend"] == "lm"

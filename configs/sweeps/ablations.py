@@ -2,12 +2,24 @@
 
     python experiments/reproduce_ablations.py --sweep=configs/sweeps/ablations.py:preset=small
 
+    # the LM-grader arm (GAGAR with the SFT-trained grader of assets/lm_grader), same root:
+    python experiments/reproduce_ablations.py \\
+        --sweep=configs/sweeps/ablations.py:preset=small,arms=gagar_lm --root=runs/ablations_small
+    # aggregate every arm (arms joined by '+'):
+    python experiments/reproduce_ablations.py --aggregate_only --root=runs/ablations_small \\
+        --sweep=configs/sweeps/ablations.py:preset=small,arms=grpo+gagar+gagar_no_rescale+reward_shaping+gagar_lm
+
 Presets: small (4 arms x 3 seeds within 90 minutes on 2 CPU cores), runlocal (tests).
 """
 
 from configs import common
 
 ARMS = ("grpo", "gagar", "gagar_no_rescale", "reward_shaping")
+# Sweep arm name -> config arg of configs/gagar.py.
+ARM_CONFIGS = {
+  **{arm: f"arm={arm}" for arm in ARMS},
+  "gagar_lm": "arm=gagar,grader=lm",
+}
 PRESETS = {
   # a first look in ~40 minutes (too few steps to test the claims well)
   "quick": {
@@ -50,12 +62,18 @@ PRESETS = {
 
 
 def get_sweep(arg=None):
-  args = common.parse_arg(arg, preset="small", seeds=3, runlocal=False)
+  args = common.parse_arg(arg, preset="small", seeds=3, runlocal=False, arms="+".join(ARMS))
   seeds = list(range(args.seeds))
+  arms = args.arms.split("+")
+  for arm in arms:
+    if arm not in ARM_CONFIGS:
+      raise ValueError(f"arms: unknown arm {arm!r} (known: {sorted(ARM_CONFIGS)})")
+  if args.preset not in PRESETS:
+    raise ValueError(f"preset={args.preset!r}: must be one of {sorted(PRESETS)}")
   runs = []
-  for arm in ARMS:
+  for arm in arms:
     for seed in seeds:
-      config = f"configs/gagar.py:arm={arm},seed={seed}"
+      config = f"configs/gagar.py:{ARM_CONFIGS[arm]},seed={seed}"
       overrides = PRESETS["runlocal" if args.runlocal else args.preset]
       runs.append(
         {"name": f"{arm}_s{seed}", "arm": arm, "config": config, "overrides": dict(overrides)}

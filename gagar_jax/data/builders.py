@@ -45,6 +45,7 @@ class MiniRepoConfig(tfds.core.BuilderConfig):
       bug_kinds=tuple(self.bug_kinds),
       distractors=self.distractors,
       n_hidden=self.n_hidden,
+      compound_names=self.compound_names,
     )
 
   def sizes(self) -> dict[str, int]:
@@ -57,7 +58,7 @@ def minirepo_config(**kwargs) -> MiniRepoConfig:
   kinds = "-".join(k[:4] for k in cfg.bug_kinds)
   name = (
     f"f{cfg.n_files}_fn{cfg.n_functions}_d{cfg.distractors}_h{cfg.n_hidden}_{kinds}"
-    f"_{cfg.n_train}-{cfg.n_validation}-{cfg.n_test}"
+    f"_{cfg.n_train}-{cfg.n_validation}-{cfg.n_test}" + ("_compound" if cfg.compound_names else "")
   )
   return dataclasses.replace(cfg, name=name)
 
@@ -213,3 +214,82 @@ class Humaneval(tfds.core.GeneratorBasedBuilder):
           "canonical_solution": t.canonical_solution,
         },
       )
+
+
+@dataclasses.dataclass
+class GraderDemosConfig(tfds.core.BuilderConfig):
+  """Rubric-graded groups sampled by a policy, as grader demonstrations (grading/demos.py)."""
+
+  suite: MiniRepoConfig = dataclasses.field(default_factory=minirepo_config)
+  policy_dir: str = "assets/pre_rl"
+  n_train_tasks: int = 200
+  n_validation_tasks: int = 48
+  group_size: int = 8
+  variants: int = 4  # the full group + random passing subsets (train split only)
+  max_obs_chars: int = 600
+  seed: int = 0
+
+  def sizes(self) -> dict[str, int]:
+    return {"train": self.n_train_tasks, "validation": self.n_validation_tasks}
+
+
+def grader_demos_config(suite: MiniRepoConfig, policy_dir: str, **kwargs) -> GraderDemosConfig:
+  """A config named by its fields and by a digest of the policy's parameters."""
+  import hashlib
+  import os
+
+  digest = hashlib.sha256()
+  with open(os.path.join(policy_dir, "params.safetensors"), "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+      digest.update(block)
+  cfg = GraderDemosConfig(name="tmp", suite=suite, policy_dir=policy_dir, **kwargs)
+  name = (
+    f"{suite.name}__p{digest.hexdigest()[:10]}_t{cfg.n_train_tasks}-{cfg.n_validation_tasks}"
+    f"_g{cfg.group_size}_v{cfg.variants}_o{cfg.max_obs_chars}_s{cfg.seed}"
+  )
+  return dataclasses.replace(cfg, name=name)
+
+
+class MinirepoGraderDemos(tfds.core.GeneratorBasedBuilder):
+  """Grader demonstrations: tool calls over a group's workspace, then the rubric's ranking."""
+
+  name = "minirepo_grader_demos"
+  VERSION = tfds.core.Version("1.0.0")
+  BUILDER_CONFIGS = [GraderDemosConfig(name="default")]
+
+  def _info(self):
+    return tfds.core.DatasetInfo(
+      builder=self,
+      description="Rubric-graded MiniRepo groups sampled by a policy (gagar_jax.grading.demos).",
+      features=tfds.features.FeaturesDict(
+        {
+          "prompt": tfds.features.Text(),
+          "turns": tfds.features.Text(),  # JSON [[action, observation], ...]
+          "ranks": tfds.features.Text(),  # JSON {candidate id: rank} (the rubric's)
+          "group": tfds.features.Text(),  # JSON task + candidates (files, turns, passed)
+          "ws_seed": np.int64,  # materialize(group, seed=ws_seed) rebuilds the workspace
+          "variant": np.int64,  # 0: the full group; > 0: a subset of its passing candidates
+        }
+      ),
+    )
+
+  def _split_generators(self, dl_manager):
+    del dl_manager
+    return {s: self._generate_examples(s, n) for s, n in self.builder_config.sizes().items()}
+
+  def _generate_examples(self, split, n):
+    import tempfile
+
+    from gagar_jax.grading import demos
+
+    cfg = self.builder_config
+    tasks = [
+      minirepo.generate_task(SPLIT_SEED_BASE[split] + i, **cfg.suite.difficulty) for i in range(n)
+    ]
+    seed = cfg.seed + SPLIT_SEED_BASE[split]
+    groups = demos.sample_groups(cfg.policy_dir, tasks, group_size=cfg.group_size, seed=seed)
+    variants = cfg.variants if split == "train" else 1
+    with tempfile.TemporaryDirectory() as tmp:
+      for k, group in enumerate(groups):
+        for record in demos.group_records(group, seed + k, variants, cfg.max_obs_chars, tmp):
+          yield f"{k}-{record['variant']}", record

@@ -95,3 +95,16 @@ def demos(
   """A grain `MapDataset` of decoded demonstrations (see `decode_demo`)."""
   source = demos_builder(data_dir, config).as_data_source(split=split)
   return _dataset(source, decode_demo, seed, shuffle, repeat)
+
+
+def grader_demos(data_dir: str, config: builders.GraderDemosConfig, split: str) -> list[dict]:
+  """Every grader demonstration of `split` (built if missing; see grading/demos.py)."""
+  builder = _prepare(
+    builders.MinirepoGraderDemos(data_dir=data_dir, config=config, file_format="array_record")
+  )
+  source = builder.as_data_source(split=split)
+  text = lambda v: v.decode() if isinstance(v, bytes) else v
+  return [
+    {k: (text(v) if isinstance(v, (bytes, str)) else int(v)) for k, v in source[i].items()}
+    for i in range(len(source))
+  ]

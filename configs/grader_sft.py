@@ -1,0 +1,90 @@
+"""Supervised training of the LM grader on rubric-graded workspaces.
+
+    python experiments/sft.py --config=configs/grader_sft.py --workdir=runs/grader \\
+        --export=assets/lm_grader
+    # seconds, for tests:
+    python experiments/sft.py --config=configs/grader_sft.py:runlocal=True --workdir=/tmp/g
+
+The demonstrations are built on first use (TFDS `minirepo_grader_demos`): groups the
+policy in `grader_data.policy_dir` samples on MiniRepo tasks, graded by the rubric.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from configs import common, model_sizes
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  args = common.parse_arg(arg, size="tiny", runlocal=False)
+  c = ml_collections.ConfigDict()
+  # What experiments/sft.py trains: the grader (configs/sft.py trains the policy).
+  c.target = "grader"
+  # Seed for parameter init, data order and group sampling.
+  c.seed = 0
+  # Where TFDS datasets are built and read (built on first use).
+  c.data_dir = "data/tfds"
+  # Stop training after this many minutes even if sft.steps is not reached (0 = no limit).
+  c.time_budget_minutes = 0.0
+  # Model shape preset (configs/model_sizes.py); vocab_size follows the tokenizer.
+  c.model = model_sizes.get_config(args.size)
+  # BPE vocabulary trained on the grader demonstrations.
+  c.tokenizer_vocab_size = 512
+  c.mesh = common.mesh_config()
+  c.sharding_rules = common.sharding_rules()
+  c.distributed = common.distributed_config()
+  # The MiniRepo suite the groups are sampled on (the policy's suite).
+  c.suite = common.minirepo_suite()
+
+  c.grader_data = ml_collections.ConfigDict()
+  # The policy whose sampled groups are graded (an exported policy folder).
+  c.grader_data.policy_dir = "assets/pre_rl"
+  # Train tasks sampled (groups with >= 2 passing become demonstrations) and held-out
+  # validation tasks (their gradable groups measure agreement).
+  c.grader_data.n_train_tasks = 240
+  c.grader_data.n_validation_tasks = 64
+  # Samples per task.
+  c.grader_data.group_size = 8
+  # Demonstrations per train group: the full group + random passing subsets.
+  c.grader_data.variants = 4
+
+  # Model context (KV-cache slots) when grading, and the cut of each tool output in
+  # tokens (the same cut is used when encoding the demonstrations).
+  c.context = 1024
+  c.max_obs_tokens = 96
+
+  # The grading agent's budgets (gagar_jax/grading/agent.py).
+  c.agent = common.grader_agent()
+
+  c.sft = ml_collections.ConfigDict()
+  # Sequences per step and their padded length (longer demonstrations are dropped).
+  c.sft.batch_size = 16
+  c.sft.seq_len = 640
+  c.sft.steps = 1500
+  c.sft.learning_rate = 2e-3
+  c.sft.warmup_steps = 50
+  c.sft.min_lr_ratio = 0.1
+  c.sft.weight_decay = 0.01
+  c.sft.max_grad_norm = 1.0
+  # Loss weight on prompt/observation tokens (actions weigh 1).
+  c.sft.context_loss_weight = 0.1
+
+  c.eval = ml_collections.ConfigDict()
+  # Agreement on this many held-out groups every `every_steps` (all of them at the end).
+  c.eval.every_steps = 500
+  c.eval.groups = 24
+
+  # Checkpoints under workdir/checkpoints.
+  c.checkpoint_every = 250
+
+  if args.runlocal:  # tests: seconds, not minutes
+    c.suite.n_train, c.suite.n_validation, c.suite.n_test = 48, 8, 8
+    c.model = model_sizes.get_config("nano")
+    c.tokenizer_vocab_size = 320
+    c.grader_data.n_train_tasks, c.grader_data.n_validation_tasks = 8, 4
+    c.grader_data.variants = 2
+    c.sft.steps, c.sft.batch_size, c.sft.warmup_steps, c.sft.seq_len = 4, 8, 2, 768
+    c.eval.every_steps, c.eval.groups = 2, 2
+    c.checkpoint_every = 2
+  return c

@@ -1,0 +1,389 @@
+"""The agentic grading loop shared by the LM grader and the OpenAI-compatible client.
+
+A grader agent talks in OpenAI chat messages: a system message (instructions for
+general-purpose models), a user message (the issue and the candidate ids), then
+turns of an assistant message with one or more tool calls and the tool results,
+until an assistant message whose content is the ranking:
+
+    rank c3 > c1 = c4          best first; `>` separates levels, `=` ties
+
+Tools (all read-only over the workspace of `workspace.py`):
+
+    list                     every candidate with its status
+    diff <id>                the candidate's changes, grouped by function (changed lines only)
+    log <id>                 its actions, one per line, with their outcome
+    read <id> <path>         a file of the candidate (id `original`: before any change)
+    test <id>                re-runs the issue's example on its files (when a runner is given)
+
+`AgentGrader.rank` runs the loop against any `ChatModel` (`complete(messages,
+...)`): the project's model in-process (`lm_grader.LocalChatModel`) or an HTTP
+endpoint (`openai_grader.HTTPChatModel`). Turns and tokens are bounded; an
+attempt that runs out of either, errors, or ends in an invalid ranking is retried
+once with sampling; then `rank` raises `InvalidRanking` and the `GraderLoop`
+falls back to equal ranks (plain GRPO for that group).
+
+In the model's own token format (`envs.transcript`) a tool call is written as the
+action text above (`diff c3`), so the same demonstrations train the model and the
+same strings cross the HTTP API as tool calls.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import os
+import re
+import threading
+import time
+from typing import Protocol
+
+from gagar_jax.configlib import check, check_positive_ints
+from gagar_jax.grading.protocol import InvalidRanking, Ranking
+
+SYSTEM = """You grade candidate fixes of one bug report. Several agents worked on copies
+of the same small Python package; some candidates pass the hidden tests, some fail.
+Inspect the workspace with the tools, then answer with one line ranking ALL passing
+candidates, best first: `rank c3 > c1 = c4` (`>` separates quality levels, `=` ties).
+Prefer the minimal change inside the faulty function; penalise edits to other
+functions, dead or unreachable code, larger edits than needed, and redundant or
+invalid actions. Do not rank failing candidates."""
+
+
+def _fn(name, description, **props):
+  return {
+    "type": "function",
+    "function": {
+      "name": name,
+      "description": description,
+      "parameters": {
+        "type": "object",
+        "properties": {k: {"type": "string", "description": v} for k, v in props.items()},
+        "required": list(props),
+      },
+    },
+  }
+
+
+TOOLS = [
+  _fn("list", "Every candidate id with its status (passed / failed)."),
+  _fn(
+    "diff",
+    "The candidate's changes against the original, grouped by function (changed lines only).",
+    candidate="candidate id, e.g. c3",
+  ),
+  _fn("log", "The candidate's actions, one per line, with their outcome.", candidate="id"),
+  _fn(
+    "read",
+    "A file of the candidate (candidate `original`: the package before any change).",
+    candidate="id or `original`",
+    path="file path, e.g. pkg/core.py",
+  ),
+  _fn("test", "Re-runs the bug report's example on the candidate's files.", candidate="id"),
+]
+TOOL_ARGS = {t["function"]["name"]: t["function"]["parameters"]["required"] for t in TOOLS}
+_ID = re.compile(r"^[A-Za-z0-9_]+$")
+
+
+# ----------------------------------------------------------- action text <-> tool call
+
+
+def action_to_call(text: str) -> tuple[str, dict[str, str]] | None:
+  """`diff c3` -> ("diff", {"candidate": "c3"}); None if `text` is not a tool call."""
+  parts = text.strip().split()
+  if not parts or parts[0] not in TOOL_ARGS:
+    return None
+  names = TOOL_ARGS[parts[0]]
+  if len(parts) - 1 != len(names):
+    return None
+  return parts[0], dict(zip(names, parts[1:], strict=True))
+
+
+def call_to_action(name: str, args) -> str:
+  """The inverse of `action_to_call`; raises ValueError for an unknown or malformed call."""
+  if name not in TOOL_ARGS:
+    raise ValueError(f"unknown tool {name!r}; tools: {', '.join(TOOL_ARGS)}")
+  if not isinstance(args, dict):
+    raise ValueError(f"arguments of {name} must be a JSON object")
+  missing = [k for k in TOOL_ARGS[name] if not isinstance(args.get(k), str) or not args.get(k)]
+  if missing:
+    raise ValueError(f"tool {name} needs string argument(s) {missing}")
+  values = [args[k] for k in TOOL_ARGS[name]]
+  if any(len(v.split()) != 1 for v in values):
+    raise ValueError(f"arguments of {name} must be single words, got {values}")
+  return " ".join([name, *values])
+
+
+def format_ranking(ranks: dict[str, int]) -> str:
+  levels = sorted(set(ranks.values()))
+  return "rank " + " > ".join(
+    " = ".join(sorted((c for c in ranks if ranks[c] == lv), key=_id_key)) for lv in levels
+  )
+
+
+def _id_key(cid: str):
+  digits = cid.lstrip("c")
+  return (0, int(digits)) if digits.isdigit() else (1, cid)
+
+
+def parse_ranking(text: str, passing) -> dict[str, int]:
+  """`rank c3 > c1 = c4` -> {c3: 0, c1: 1, c4: 1}; every passing id exactly once."""
+  text = text.strip()
+  if not text.startswith("rank "):
+    raise InvalidRanking(f"not a ranking (must start with 'rank '): {text[:80]!r}")
+  ranks = {}
+  for level, group in enumerate(text[5:].split(">")):
+    for cid in group.split("="):
+      cid = cid.strip()
+      if not cid or not _ID.match(cid):
+        raise InvalidRanking(f"bad candidate id {cid!r} in {text[:80]!r}")
+      if cid in ranks:
+        raise InvalidRanking(f"{cid} ranked twice in {text[:80]!r}")
+      ranks[cid] = level
+  if set(ranks) != set(passing):
+    raise InvalidRanking(f"ranked {sorted(ranks)}, passing are {sorted(passing)}")
+  return ranks
+
+
+# ----------------------------------------------------------------------------- tools
+
+
+def function_diff(original: str, changed: str) -> str:
+  """Changed lines only, each hunk under `@@ <function>` (the def it falls in)."""
+  a, b = original.splitlines(), changed.splitlines()
+
+  def owner(lines, at):
+    for i in range(min(at, len(lines) - 1), -1, -1):
+      m = re.match(r"\s*def (\w+)", lines[i])
+      if m:
+        return m[1]
+    return "<module>"
+
+  out, last = [], None
+  for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+    if tag == "equal":
+      continue
+    fn = owner(b, j1) if j2 > j1 else owner(a, i1)
+    if fn != last:
+      out.append(f"@@ {fn}")
+      last = fn
+    out += [f"-{line}" for line in a[i1:i2]] + [f"+{line}" for line in b[j1:j2]]
+  return "\n".join(out)
+
+
+def _summarize_turn(action: str, observation: str) -> str:
+  head = action.split("\n", 1)[0]
+  kind = head.split(maxsplit=1)[0] if head else "?"
+  if kind == "replace" and ": " in head and " => " in head:
+    func, rest = head[len("replace ") :].split(": ", 1)
+    old = rest.split(" => ", 1)[0]
+    text = f"replace {func} [{len(old)} chars]"
+  elif kind in ("insert", "delete", "write", "view"):
+    text = " ".join(head.split()[:2])
+  else:
+    text = head[:24]
+  obs = observation.strip()
+  if obs.startswith("error:"):
+    return f"{text} -> error"
+  if kind == "test":
+    return f"{text} -> {obs.splitlines()[0][:24] if obs else ''}"
+  return text
+
+
+class WorkspaceTools:
+  """Executes the grader's tools on a workspace; never writes to it."""
+
+  def __init__(self, ws, run_tests=None):
+    self.ws, self.run_tests = ws, run_tests
+
+  def _read(self, *parts) -> str:
+    root = os.path.realpath(self.ws.path)
+    path = os.path.realpath(os.path.join(root, *parts))
+    if not path.startswith(root + os.sep):
+      raise ValueError("path outside the workspace")
+    with open(path) as f:
+      return f.read()
+
+  def _files(self, cid: str) -> dict[str, str]:
+    base = "original" if cid == "original" else os.path.join("candidates", cid, "files")
+    root = os.path.join(self.ws.path, base)
+    out = {}
+    for dirpath, _, names in os.walk(root):
+      for name in sorted(names):
+        full = os.path.join(dirpath, name)
+        with open(full) as f:
+          out[os.path.relpath(full, root)] = f.read()
+    return out
+
+  def _check(self, cid: str, allow_original: bool = False) -> None:
+    if not (cid in self.ws.ids or (allow_original and cid == "original")):
+      raise ValueError(f"no candidate {cid!r}; candidates: {' '.join(self.ws.ids)}")
+
+  def execute(self, name: str, args: dict[str, str]) -> str:
+    """The observation of one tool call (`error: ...` for a bad call; never raises)."""
+    try:
+      action = call_to_action(name, args)
+      cid = args.get("candidate", "")
+      if name == "list":
+        return "\n".join(
+          f"{c} {self._read('candidates', c, 'status.txt').strip()}"
+          for c in sorted(self.ws.ids, key=_id_key)
+        )
+      self._check(cid, allow_original=name == "read")
+      if name == "diff":
+        orig, files = self._files("original"), self._files(cid)
+        parts = []
+        for path in sorted(set(orig) | set(files)):
+          d = function_diff(orig.get(path, ""), files.get(path, ""))
+          if d:
+            parts.append(f"{path}\n{d}")
+        return "\n".join(parts) or "no changes"
+      if name == "log":
+        from gagar_jax.grading.rubric import RubricGrader
+
+        turns = RubricGrader._transcript_actions(self._read("candidates", cid, "transcript.txt"))
+        return "\n".join(_summarize_turn(a, o) for a, o in turns) or "no actions"
+      if name == "read":
+        base = ("original",) if cid == "original" else ("candidates", cid, "files")
+        return self._read(*base, args["path"])
+      if name == "test":
+        if self.run_tests is None:
+          return "error: this grader has no test runner"
+        return "example passes" if self.run_tests(self._files(cid)) else "example fails"
+      raise ValueError(f"unhandled tool {action}")
+    except (ValueError, OSError) as e:
+      return f"error: {e}"
+
+
+# ------------------------------------------------------------------------ the agent
+
+
+class ChatModel(Protocol):
+  def complete(
+    self, messages: list[dict], *, tools: list[dict], max_tokens: int, temperature: float, seed: int
+  ) -> dict:
+    """An OpenAI chat-completion response dict (`choices[0].message`, `usage`)."""
+
+
+class AgentError(RuntimeError):
+  """An attempt that ended without a ranking (budget spent, model/endpoint error)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentConfig:
+  """Budgets of one grading attempt, and the retry."""
+
+  max_turns: int = 12
+  max_action_tokens: int = 24
+  max_total_tokens: int = 896
+  max_observation_chars: int = 600
+  attempts: int = 2  # the first greedy, the rest sampled at retry_temperature
+  retry_temperature: float = 0.7
+
+  def __post_init__(self):
+    check_positive_ints(
+      self,
+      ("max_turns", "max_action_tokens", "max_total_tokens", "max_observation_chars", "attempts"),
+    )
+    check(self.retry_temperature >= 0, "retry_temperature", "must be >= 0")
+
+
+def user_prompt(ws) -> str:
+  """The task message: the bug report's first line and the passing candidates."""
+  with open(os.path.join(ws.path, "task.md")) as f:
+    issue = f.read().split("# Issue\n", 1)[-1].splitlines()[0]
+  return f"Issue: {issue}\nPassing: {' '.join(sorted(ws.passing, key=_id_key))}"
+
+
+def truncate(text: str, limit: int) -> str:
+  return text if len(text) <= limit else text[:limit] + " ..."
+
+
+class AgentGrader:
+  """`rank(workspace) -> Ranking` by a tool-using chat model (see the module docstring)."""
+
+  name = "agent"
+
+  def __init__(self, chat: ChatModel, config: AgentConfig | None = None, run_tests=None):
+    self.chat, self.config, self.run_tests = chat, config or AgentConfig(), run_tests
+    self._lock = threading.Lock()
+    self.stats = {
+      "groups": 0,
+      "valid": 0,
+      "invalid": 0,
+      "attempts": 0,
+      "retries": 0,
+      "turns": 0,
+      "tokens": 0,
+      "seconds": 0.0,
+    }
+    self.last_messages: list[dict] = []
+
+  def _count(self, **kv):
+    with self._lock:
+      for k, v in kv.items():
+        self.stats[k] += v
+
+  def rank(self, workspace) -> Ranking:
+    start = time.perf_counter()
+    errors = []
+    try:
+      for attempt in range(self.config.attempts):
+        self._count(attempts=1, retries=int(attempt > 0))
+        try:
+          ranks, text = self._attempt(workspace, attempt)
+          self._count(valid=1)
+          return Ranking(ranks, text)
+        except (InvalidRanking, AgentError) as e:
+          errors.append(f"attempt {attempt + 1}: {e}")
+      self._count(invalid=1)
+      raise InvalidRanking("; ".join(errors))
+    finally:
+      self._count(groups=1, seconds=time.perf_counter() - start)
+
+  def messages(self, workspace) -> list[dict]:
+    return [
+      {"role": "system", "content": SYSTEM},
+      {"role": "user", "content": user_prompt(workspace)},
+    ]
+
+  def _attempt(self, workspace, attempt: int) -> tuple[dict[str, int], str]:
+    c = self.config
+    tools = WorkspaceTools(workspace, self.run_tests)
+    messages = self.messages(workspace)
+    self.last_messages = messages
+    temperature = 0.0 if attempt == 0 else c.retry_temperature
+    for _ in range(c.max_turns):
+      try:
+        response = self.chat.complete(
+          messages,
+          tools=TOOLS,
+          max_tokens=c.max_action_tokens,
+          temperature=temperature,
+          seed=attempt,
+        )
+        message = response["choices"][0]["message"]
+        used = int(response.get("usage", {}).get("total_tokens", 0))
+      except (KeyError, IndexError, TypeError) as e:
+        raise AgentError(f"malformed response: {e!r}") from e
+      except Exception as e:  # endpoint or model failure: this attempt is lost
+        raise AgentError(f"{type(e).__name__}: {e}") from e
+      self._count(turns=1, tokens=used)
+      message = {k: v for k, v in message.items() if k in ("role", "content", "tool_calls")}
+      messages.append(message)
+      calls = message.get("tool_calls") or []
+      if not calls:
+        return parse_ranking(message.get("content") or "", workspace.passing), message["content"]
+      for call in calls:
+        fn = call.get("function", {})
+        try:
+          args = json.loads(fn.get("arguments") or "{}")
+        except json.JSONDecodeError:
+          args = None
+        observation = truncate(tools.execute(fn.get("name", ""), args), c.max_observation_chars)
+        messages.append(
+          {"role": "tool", "tool_call_id": call.get("id", ""), "content": observation}
+        )
+      if used >= c.max_total_tokens:
+        raise AgentError(f"token budget spent ({used} >= {c.max_total_tokens})")
+    raise AgentError(f"no ranking within {c.max_turns} turns")

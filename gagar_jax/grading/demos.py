@@ -1,0 +1,199 @@
+"""Grader demonstrations: rubric-graded workspaces of groups the SFT policy sampled.
+
+    groups = sample_groups(policy_dir, tasks, group_size=8, seed=0)   # >= 2 passing each
+    for group in groups:
+      for record in group_records(group, seed, variants=3):
+        prompt, turns = record["prompt"], record["turns"]   # an SFT demonstration
+
+A demonstration is what a careful grader does with the tools of `agent.py`: for
+each passing candidate `diff <id>` and `log <id>`, then `rank ...` with the rubric
+grader's ranking. Observations are the real tool outputs on the materialized
+workspace, cut exactly as the agent loop cuts them. Besides the full group,
+`variants - 1` copies rank a random subset (>= 2) of its passing candidates,
+with fresh candidate ids: more demonstrations from the same sampling work.
+
+Records keep the group itself (task, candidates' files / turns / status) and the
+workspace seed, so evaluation can rebuild the very workspace and compare a
+grader's ranking with the rubric's (`agreement`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+
+import numpy as np
+
+from gagar_jax.envs import minirepo, tools
+from gagar_jax.grading import agent, protocol, rubric, workspace
+from gagar_jax.rollout import Trajectory
+
+
+def expert_turns(ws, ranks: dict[str, int], max_obs_chars: int) -> list[tuple[str, str]]:
+  t = agent.WorkspaceTools(ws)
+  turns = []
+  for cid in sorted(ws.passing, key=agent._id_key):
+    for name in ("diff", "log"):
+      action = f"{name} {cid}"
+      call = agent.action_to_call(action)
+      turns.append((action, agent.truncate(t.execute(*call), max_obs_chars)))
+  turns.append((agent.format_ranking(ranks), ""))
+  return turns
+
+
+def group_to_json(group) -> str:
+  return json.dumps(
+    {
+      "task": group[0].task.to_json(),
+      "candidates": [
+        {
+          "files": t.files,
+          "turns": [[u.action, u.observation, u.kind, u.changed] for u in t.turns],
+          "passed": bool(t.passed),
+        }
+        for t in group
+      ],
+    }
+  )
+
+
+def group_from_json(text: str) -> list[Trajectory]:
+  d = json.loads(text)
+  task = minirepo.Task.from_json(d["task"])
+  return [
+    Trajectory(
+      task, 0, i, [], [], [], [tools.Turn(*u) for u in c["turns"]], c["files"], passed=c["passed"]
+    )
+    for i, c in enumerate(d["candidates"])
+  ]
+
+
+def group_records(group, seed: int, variants: int, max_obs_chars: int, root: str) -> list[dict]:
+  """Demonstrations of one group: the full group, then random passing subsets."""
+  rng = np.random.default_rng(seed)
+  passing = [t for t in group if t.passed]
+  failing = [t for t in group if not t.passed]
+  out = []
+  grader = rubric.RubricGrader()
+  for v in range(variants):
+    if v == 0:
+      members = list(group)
+    else:
+      k = int(rng.integers(2, len(passing) + 1))
+      chosen = [passing[i] for i in sorted(rng.choice(len(passing), k, replace=False))]
+      members = chosen + failing
+    ws_seed = int(seed * 1000 + v)
+    ws = workspace.materialize(members, os.path.join(root, f"v{v}"), seed=ws_seed)
+    ranks = protocol.validate(grader.rank(ws), ws)
+    out.append(
+      {
+        "prompt": agent.user_prompt(ws),
+        "turns": json.dumps(expert_turns(ws, ranks, max_obs_chars)),
+        "ranks": json.dumps(ranks),
+        "group": group_to_json(members),
+        "ws_seed": ws_seed,
+        "variant": v,
+      }
+    )
+  return out
+
+
+def sample_groups(policy_dir: str, tasks, *, group_size: int, seed: int, rollout_overrides=None):
+  """Groups of the policy on `tasks` (temperature 1) with at least two passing samples."""
+  import jax
+  from flax import nnx
+
+  from gagar_jax import policy_io, rollout
+  from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
+  from gagar_jax.models import transformer
+
+  tok, model_config, params = policy_io.load(policy_dir)
+  graphdef, _ = nnx.split(
+    nnx.eval_shape(lambda: transformer.Transformer(model_config, rngs=nnx.Rngs(0)))
+  )
+  cfg = rollout.RolloutConfig(group_size=group_size, **(rollout_overrides or {}))
+  params = jax.device_put(params)
+  kept, start = [], time.time()
+  with SandboxPool(SandboxConfig(workers=2)) as pool:
+    engine = rollout.RolloutEngine(cfg, model_config, graphdef, tok, pool)
+    batch = 8
+    for b in range(0, len(tasks), batch):
+      groups = engine.run(params, tasks[b : b + batch], jax.random.key(seed * 100_003 + b))
+      kept += [g for g in groups if sum(t.passed for t in g) >= 2]
+      print(
+        f"[grader-data] sampled {min(b + batch, len(tasks))}/{len(tasks)} tasks, "
+        f"{len(kept)} gradable groups, {time.time() - start:.0f}s",
+        flush=True,
+      )
+  return kept
+
+
+# ------------------------------------------------------------------------ agreement
+
+
+def kendall_tau_b(x, y) -> float:
+  n, conc, disc, tx, ty = len(x), 0, 0, 0, 0
+  for i in range(n):
+    for j in range(i + 1, n):
+      dx, dy = np.sign(x[i] - x[j]), np.sign(y[i] - y[j])
+      if dx == 0 and dy == 0:
+        continue
+      if dx == 0:
+        tx += 1
+      elif dy == 0:
+        ty += 1
+      elif dx == dy:
+        conc += 1
+      else:
+        disc += 1
+  denom = np.sqrt((conc + disc + tx) * (conc + disc + ty))
+  return float((conc - disc) / denom) if denom else float("nan")
+
+
+def compare(ranks: dict[str, int], reference: dict[str, int]) -> tuple[bool, float]:
+  """(top-1: the grader's best set holds a reference-best id, Kendall tau-b)."""
+  ids = sorted(reference)
+  x = np.array([ranks[c] for c in ids])
+  y = np.array([reference[c] for c in ids])
+  best = {c for c in ids if ranks[c] == x.min()}
+  return bool(best & {c for c in ids if reference[c] == y.min()}), kendall_tau_b(x, y)
+
+
+def agreement(grader, records, root: str | None = None) -> dict:
+  """A grader's agreement with the rubric on held-out records (workspaces rebuilt).
+
+  Invalid outputs (after the grader's retry) count as misses for top-1 and are
+  left out of tau; `invalid_rate` reports them.
+  """
+  top1, taus, invalid, seconds = [], [], 0, []
+  tokens_before = getattr(grader, "stats", {}).get("tokens", 0)
+  with tempfile.TemporaryDirectory(dir=root) as tmp:
+    for k, rec in enumerate(records):
+      ws = workspace.materialize(
+        group_from_json(rec["group"]), os.path.join(tmp, f"g{k}"), seed=rec["ws_seed"]
+      )
+      reference = json.loads(rec["ranks"])
+      start = time.perf_counter()
+      try:
+        ranks = protocol.validate(grader.rank(ws), ws)
+      except protocol.InvalidRanking:
+        invalid += 1
+        top1.append(False)
+        continue
+      finally:
+        seconds.append(time.perf_counter() - start)
+      hit, tau = compare(ranks, reference)
+      top1.append(hit)
+      if len(set(reference.values())) > 1:
+        taus.append(tau)
+  n = max(len(records), 1)
+  return {
+    "groups": len(records),
+    "top1": float(np.mean(top1)) if top1 else float("nan"),
+    "kendall_tau": float(np.nanmean(taus)) if taus else float("nan"),
+    "invalid_rate": invalid / n,
+    "seconds_per_group": float(np.median(seconds)) if seconds else float("nan"),
+    "tokens_per_group": (getattr(grader, "stats", {}).get("tokens", 0) - tokens_before) / n,
+  }

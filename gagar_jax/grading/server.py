@@ -1,0 +1,159 @@
+"""An OpenAI-compatible chat-completions server for a `LocalChatModel` (stdlib HTTP).
+
+    server = make_server(chat_model, "127.0.0.1", 8000, model_name="gagar-lm-grader")
+    server.serve_forever()
+
+Routes: POST /v1/chat/completions, GET /v1/models, GET /health. Errors are JSON
+`{"error": {"message", "type", "param", "code"}}` with a 4xx status for a bad
+request (invalid JSON, missing or malformed messages, unknown model, bad
+parameters, body too large, missing key when one is set, unsupported streaming)
+and 500 for a model failure; no request can stop the server. One model call runs
+at a time (the model is batch 1); concurrent requests queue.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+import traceback
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from gagar_jax.grading.lm_grader import RequestError
+
+MAX_BODY = 1 << 20
+
+
+class HTTPError(Exception):
+  def __init__(self, status: int, message: str, param=None, code="invalid_request", kind=None):
+    super().__init__(message)
+    self.status, self.param, self.code = status, param, code
+    self.kind = kind or ("invalid_request_error" if status < 500 else "server_error")
+
+
+def _int_param(body, name, default, lo, hi):
+  value = body.get(name, default)
+  if value is None:
+    return default
+  if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+    raise HTTPError(400, f"{name} must be an integer in [{lo}, {hi}], got {value!r}", name)
+  return value
+
+
+def handle_completion(chat, model_name: str, body, counter) -> dict:
+  """The response dict of one chat-completions request; raises HTTPError."""
+  if not isinstance(body, dict):
+    raise HTTPError(400, "the request body must be a JSON object")
+  model = body.get("model", model_name)
+  if model != model_name:
+    raise HTTPError(
+      404,
+      f"model {model!r} does not exist; this server has {model_name!r}",
+      "model",
+      "model_not_found",
+    )
+  if "messages" not in body:
+    raise HTTPError(400, "missing required parameter: messages", "messages")
+  if body.get("stream"):
+    raise HTTPError(400, "streaming is not supported", "stream")
+  if _int_param(body, "n", 1, 1, 1) != 1:
+    raise HTTPError(400, "only n=1 is supported", "n")
+  limit = body.get("max_completion_tokens", body.get("max_tokens"))
+  max_tokens = _int_param({"max_tokens": limit}, "max_tokens", 64, 1, 4096)
+  seed = _int_param(body, "seed", 0, -(2**31), 2**31 - 1)
+  temperature = body.get("temperature", 0.0)
+  if temperature is None:
+    temperature = 0.0
+  if not isinstance(temperature, (int, float)) or isinstance(temperature, bool):
+    raise HTTPError(400, f"temperature must be a number, got {temperature!r}", "temperature")
+  tools = body.get("tools")
+  if tools is not None and not isinstance(tools, list):
+    raise HTTPError(400, "tools must be a list", "tools")
+  try:
+    response = chat.complete(
+      body["messages"],
+      tools=tools,
+      max_tokens=max_tokens,
+      temperature=float(temperature),
+      seed=seed,
+      model=model_name,
+    )
+  except RequestError as e:
+    raise HTTPError(400, str(e), e.param, e.code) from e
+  response["id"] = f"chatcmpl-{next(counter)}"
+  response["created"] = int(time.time())
+  return response
+
+
+def make_server(
+  chat,
+  host: str,
+  port: int,
+  *,
+  model_name: str = "gagar-lm-grader",
+  api_key: str = "",
+  verbose: bool = False,
+) -> ThreadingHTTPServer:
+  counter = itertools.count(1)
+
+  class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, fmt, *args):
+      if verbose:
+        super().log_message(fmt, *args)
+
+    def _send(self, status: int, payload: dict):
+      data = json.dumps(payload).encode()
+      self.send_response(status)
+      self.send_header("Content-Type", "application/json")
+      self.send_header("Content-Length", str(len(data)))
+      self.end_headers()
+      self.wfile.write(data)
+
+    def _error(self, e: HTTPError):
+      self._send(
+        e.status,
+        {"error": {"message": str(e), "type": e.kind, "param": e.param, "code": e.code}},
+      )
+
+    def do_GET(self):
+      if self.path == "/health":
+        self._send(200, {"status": "ok", "model": model_name})
+      elif self.path == "/v1/models":
+        self._send(200, {"object": "list", "data": [{"id": model_name, "object": "model"}]})
+      else:
+        self._error(HTTPError(404, f"no route GET {self.path}", code="not_found"))
+
+    def do_POST(self):
+      try:
+        if self.path != "/v1/chat/completions":
+          raise HTTPError(404, f"no route POST {self.path}", code="not_found")
+        if api_key and self.headers.get("Authorization", "") != f"Bearer {api_key}":
+          raise HTTPError(401, "missing or wrong API key", code="invalid_api_key")
+        length = self.headers.get("Content-Length")
+        if length is None or not length.isdigit():
+          raise HTTPError(411, "Content-Length required", code="length_required")
+        if int(length) > MAX_BODY:
+          self.close_connection = True
+          raise HTTPError(413, f"body over {MAX_BODY} bytes", code="body_too_large")
+        raw = self.rfile.read(int(length))
+        try:
+          body = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+          raise HTTPError(400, f"invalid JSON: {e}", code="invalid_json") from e
+        self._send(200, handle_completion(chat, model_name, body, counter))
+      except HTTPError as e:
+        self._error(e)
+      except Exception as e:  # the model failed: report it, keep serving
+        traceback.print_exc()
+        self._error(HTTPError(500, f"{type(e).__name__}: {e}", code="internal_error"))
+
+    def _not_allowed(self):
+      self._error(HTTPError(405, f"method {self.command} not allowed", code="method_not_allowed"))
+
+    do_PUT = do_DELETE = do_PATCH = _not_allowed
+
+  server = ThreadingHTTPServer((host, port), Handler)
+  server.daemon_threads = True
+  return server

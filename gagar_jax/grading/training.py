@@ -1,0 +1,157 @@
+"""Supervised training of the LM grader on rubric-graded workspaces (`experiments/sft.py`).
+
+    python experiments/sft.py --config=configs/grader_sft.py --workdir=runs/grader \\
+        --export=assets/lm_grader
+
+Data: `minirepo_grader_demos` (TFDS; groups the pre-RL policy sampled on train
+tasks, graded by the rubric; see `grading/demos.py`). Training: `sft.fit` (the
+policy's loop, same model code). Periodic evaluation: the model runs as the
+grading agent (`lm_grader.LMGrader`, greedy with one sampled retry) on held-out
+groups sampled on validation tasks; agreement with the rubric (top-1, Kendall
+tau-b), invalid-output rate, tokens and seconds per group. The export is a
+grader folder: the policy_io layout plus grader.json (context, observation cut).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import numpy as np
+
+from gagar_jax import sft, sharding
+from gagar_jax.grading import agent, demos, lm_grader
+
+
+def agent_config(config) -> agent.AgentConfig:
+  return agent.AgentConfig(**dict(config.agent))
+
+
+def data_config(config):
+  from gagar_jax.data import builders
+
+  return builders.grader_demos_config(
+    builders.suite_from_config(config.suite),
+    config.grader_data.policy_dir,
+    n_train_tasks=config.grader_data.n_train_tasks,
+    n_validation_tasks=config.grader_data.n_validation_tasks,
+    group_size=config.grader_data.group_size,
+    variants=config.grader_data.variants,
+    max_obs_chars=config.agent.max_observation_chars,
+    seed=config.seed,
+  )
+
+
+def run(config, workdir: str, export: str = "") -> dict:
+  from gagar_jax import metrics as metrics_lib
+  from gagar_jax.data import pipeline
+
+  start = time.time()
+  sharding.initialize_distributed(config.distributed)
+  os.makedirs(workdir, exist_ok=True)
+  metrics_lib.save_config(config, workdir)
+  print(
+    f"[grader] building/reading grader demonstrations in {config.data_dir} "
+    f"(groups sampled by {config.grader_data.policy_dir})",
+    flush=True,
+  )
+  data = data_config(config)
+  train = pipeline.grader_demos(config.data_dir, data, "train")
+  held_out = pipeline.grader_demos(config.data_dir, data, "validation")
+  pairs = [(r["prompt"], [tuple(t) for t in json.loads(r["turns"])]) for r in train]
+  print(
+    f"[grader] {len(train)} demonstrations ({sum(r['variant'] == 0 for r in train)} full "
+    f"groups), {len(held_out)} held-out groups",
+    flush=True,
+  )
+  acfg = agent_config(config)
+  eval_records = held_out[: config.eval.groups]
+
+  def make_grader(model_config, tok, params):
+    chat = lm_grader.LocalChatModel(
+      tok, model_config, params, context=config.context, max_obs_tokens=config.max_obs_tokens
+    )
+    return lm_grader.LMGrader(chat, acfg)
+
+  def evaluate(trainer, params, model_config, tok, step):
+    del trainer
+    ev = demos.agreement(make_grader(model_config, tok, params), eval_records)
+    print(
+      f"[eval] step {step}: top-1 {ev['top1']:.2f} tau {ev['kendall_tau']:.2f} invalid "
+      f"{ev['invalid_rate']:.2f} | {ev['seconds_per_group']:.2f}s/group",
+      flush=True,
+    )
+    return ev
+
+  fitted = sft.fit(
+    config,
+    workdir,
+    pairs,
+    evaluate,
+    tag="grader",
+    max_obs_tokens=config.max_obs_tokens,
+    start=start,
+  )
+  final = demos.agreement(
+    make_grader(fitted.model_config, fitted.tok, fitted.state.params), held_out
+  )
+  summary = {
+    "steps": fitted.step,
+    "train_minutes": fitted.train_minutes,
+    "wall_minutes": (time.time() - start) / 60,
+    "demonstrations": len(train),
+    "held_out": final,
+    "curve": fitted.curve,
+    "params": fitted.model_config.num_params(),
+  }
+  with open(os.path.join(workdir, "summary.json"), "w") as f:
+    json.dump(summary, f, indent=2)
+  if export:
+    export_grader(export, fitted, config, summary)
+  plot_curve(fitted.curve, os.path.join(workdir, "curve.png"))
+  print(
+    f"[grader] done: held-out top-1 {final['top1']:.3f}, Kendall tau {final['kendall_tau']:.3f}, "
+    f"invalid {final['invalid_rate']:.3f} over {final['groups']} groups; outputs in {workdir}",
+    flush=True,
+  )
+  return summary
+
+
+def export_grader(path: str, fitted, config, summary: dict) -> None:
+  from gagar_jax import policy_io
+
+  policy_io.export(path, fitted.tok, fitted.model_config, fitted.state.params)
+  with open(os.path.join(path, "grader.json"), "w") as f:
+    json.dump(
+      {
+        "context": config.context,
+        "max_obs_tokens": config.max_obs_tokens,
+        "agent": dict(config.agent),
+      },
+      f,
+      indent=2,
+    )
+  with open(os.path.join(path, "summary.json"), "w") as f:
+    json.dump({k: v for k, v in summary.items() if k != "curve"}, f, indent=2)
+
+
+def plot_curve(curve: list[dict], path: str) -> None:
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  if not curve:
+    return
+  t = [p["seconds"] / 60 for p in curve]
+  fig, ax = plt.subplots(1, 2, figsize=(10, 3.8))
+  ax[0].plot(t, [p["action_nll"] for p in curve], "o-")
+  ax[0].set(xlabel="minutes", ylabel="action-token NLL", title="grader SFT loss")
+  for k in ("top1", "kendall_tau", "invalid_rate"):
+    ax[1].plot(t, [np.nan_to_num(p[k]) for p in curve], "o-", label=k)
+  ax[1].set(xlabel="minutes", ylim=(-0.2, 1), title="held-out agreement with the rubric")
+  ax[1].legend()
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)

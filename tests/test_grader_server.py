@@ -1,0 +1,246 @@
+"""The LM grader in-process vs served over HTTP, the server's errors, the client's retries."""
+
+import http.client
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from gagar_jax.envs import expert as expert_lib
+from gagar_jax.envs import minirepo
+from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
+from gagar_jax.grading import agent, lm_grader, openai_grader, protocol, workspace
+from gagar_jax.rollout import Trajectory
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GRADER = os.path.join(REPO, "assets", "lm_grader")
+KEY = "test-key-123"
+
+
+@pytest.fixture(scope="module")
+def served():
+  """`experiments/serve_grader.py` on a free loopback port: (host, port, process)."""
+  proc = subprocess.Popen(
+    [
+      sys.executable,
+      os.path.join(REPO, "experiments", "serve_grader.py"),
+      f"--grader={GRADER}",
+      "--port=0",
+      f"--api_key={KEY}",
+    ],
+    stdout=subprocess.PIPE,
+    stderr=subprocess.DEVNULL,
+    text=True,
+    cwd=REPO,
+  )
+  line = []
+  reader = threading.Thread(target=lambda: line.append(proc.stdout.readline()), daemon=True)
+  reader.start()
+  reader.join(120)
+  assert line and line[0].startswith("serving gagar-lm-grader on http://127.0.0.1:"), line
+  port = int(line[0].rsplit(":", 1)[1].split("/")[0])
+  yield "127.0.0.1", port, proc
+  proc.terminate()
+  proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def groups():
+  """Expert fixes of held-out tasks with random habits (+ one failing copy each)."""
+  habits = expert_lib.HabitConfig(**dict.fromkeys(expert_lib.HabitConfig().__dict__, 0.35))
+  out = []
+  with SandboxPool(SandboxConfig(workers=2, uid_base=65200)) as pool:
+    for k in range(6):
+      task = minirepo.generate_task(2_000_000 + k, n_functions=2)
+      e = expert_lib.Expert(habits, seed=k, pool=pool)
+      ds = [e.demonstrate(task) for _ in range(2 + k % 3)]
+      g = [
+        Trajectory(task, 0, i, [], [], [], d.turns, d.files, passed=True) for i, d in enumerate(ds)
+      ]
+      g.append(Trajectory(task, 0, len(g), [], [], [], [], task.files, passed=False))
+      out.append(g)
+  return out
+
+
+def _rank(grader, ws):
+  try:
+    return protocol.validate(grader.rank(ws), ws)
+  except protocol.InvalidRanking:
+    return None
+
+
+def test_served_grader_ranks_exactly_like_the_in_process_grader(served, groups, tmp_path):
+  host, port, _ = served
+  local = lm_grader.LMGrader.load(GRADER)
+  remote = openai_grader.OpenAIGrader.from_config(
+    openai_grader.OpenAIConfig(
+      base_url=f"http://{host}:{port}/v1", model="gagar-lm-grader", api_key=KEY, timeout_s=60
+    )
+  )
+  valid = 0
+  for k, group in enumerate(groups):
+    ws = workspace.materialize(group, str(tmp_path / f"g{k}"), seed=k)
+    a, b = _rank(local, ws), _rank(remote, ws)
+    assert a == b, f"group {k}: in-process {a} vs served {b}"
+    assert local.last_messages == remote.last_messages
+    valid += a is not None
+  assert valid >= len(groups) // 2, f"only {valid}/{len(groups)} valid rankings"
+  m = remote.chat.metrics()
+  assert m["requests"] >= len(groups) and m["failures"] == 0 and m["completion_tokens"] > 0
+  assert local.stats["tokens"] == remote.stats["tokens"] > 0
+
+
+def _request(host, port, method, path, body=None, headers=None):
+  conn = http.client.HTTPConnection(host, port, timeout=60)
+  hdrs = {"Authorization": f"Bearer {KEY}", **(headers or {})}
+  if isinstance(body, (dict, list)):
+    body = json.dumps(body)
+  conn.request(method, path, body=body, headers=hdrs)
+  resp = conn.getresponse()
+  data = json.loads(resp.read() or b"{}")
+  conn.close()
+  return resp.status, data
+
+
+def test_malformed_requests_get_clear_4xx_and_the_server_stays_up(served):
+  host, port, proc = served
+  user = {"role": "user", "content": "Issue: f(1) returns 2 but should return 3.\nPassing: c1 c2"}
+  url = "/v1/chat/completions"
+  cases = [
+    ("POST", url, "{not json", 400, "invalid_json"),
+    ("POST", url, [1, 2], 400, None),
+    ("POST", url, {"model": "gagar-lm-grader"}, 400, None),
+    ("POST", url, {"model": "gpt-9", "messages": [user]}, 404, "model_not_found"),
+    ("POST", url, {"messages": [user], "max_tokens": -3}, 400, None),
+    ("POST", url, {"messages": [user], "max_tokens": "many"}, 400, None),
+    ("POST", url, {"messages": [user], "temperature": "hot"}, 400, None),
+    ("POST", url, {"messages": [user], "stream": True}, 400, None),
+    ("POST", url, {"messages": [{"role": "wizard", "content": "x"}]}, 400, None),
+    ("POST", url, {"messages": [user, {"role": "tool", "content": "x"}]}, 400, None),
+    ("POST", url, {"messages": [user], "max_tokens": 4000}, 400, "context_length_exceeded"),
+    ("POST", url, {"messages": [{"role": "user", "content": "x" * 5000}]}, 400, None),
+    ("POST", "/v1/embeddings", {"input": "x"}, 404, "not_found"),
+    ("GET", "/v1/nothing", None, 404, "not_found"),
+    ("DELETE", url, None, 405, "method_not_allowed"),
+  ]
+  for method, path, body, status, code in cases:
+    got, data = _request(host, port, method, path, body)
+    assert got == status, (method, path, body, got, data)
+    err = data["error"]
+    assert err["message"] and err["type"] == "invalid_request_error"
+    if code:
+      assert err["code"] == code, err
+  got, data = _request(
+    host, port, "POST", url, {"messages": [user]}, {"Authorization": "Bearer no"}
+  )
+  assert got == 401 and data["error"]["code"] == "invalid_api_key"
+  conn = http.client.HTTPConnection(host, port, timeout=60)
+  conn.putrequest("POST", url)
+  conn.putheader("Content-Length", str(2 << 20))
+  conn.putheader("Authorization", f"Bearer {KEY}")
+  conn.endheaders()  # the body is never sent: the header alone is refused
+  resp = conn.getresponse()
+  assert resp.status == 413 and json.loads(resp.read())["error"]["code"] == "body_too_large"
+  conn.close()
+  # Still up, and still right.
+  assert proc.poll() is None
+  assert _request(host, port, "GET", "/health") == (
+    200,
+    {"status": "ok", "model": "gagar-lm-grader"},
+  )
+  got, data = _request(host, port, "POST", url, {"messages": [user], "max_tokens": 8})
+  assert got == 200 and data["choices"][0]["message"]["role"] == "assistant"
+  assert data["usage"]["completion_tokens"] <= 8
+
+
+class _Flaky(BaseHTTPRequestHandler):
+  """Answers `plan` in order: an int status (error), "slow" (sleeps), or "ok"."""
+
+  plan: list = []
+  seen = 0
+
+  def log_message(self, *args):
+    pass
+
+  def do_POST(self):
+    type(self).seen += 1
+    self.rfile.read(int(self.headers["Content-Length"]))
+    step = type(self).plan.pop(0)
+    if step == "slow":
+      time.sleep(1.0)
+      step = "ok"
+    if step == "ok":
+      body = {
+        "choices": [{"message": {"role": "assistant", "content": "rank c1"}}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
+      }
+      status = 200
+    else:
+      body, status = {"error": {"message": "nope"}}, step
+    data = json.dumps(body).encode()
+    try:
+      self.send_response(status)
+      self.send_header("Content-Length", str(len(data)))
+      self.end_headers()
+      self.wfile.write(data)
+    except BrokenPipeError:  # the client gave up (the timeout case)
+      pass
+
+
+@pytest.fixture
+def flaky():
+  httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Flaky)
+  threading.Thread(target=httpd.serve_forever, daemon=True).start()
+  _Flaky.seen = 0
+  yield httpd.server_address[1]
+  httpd.shutdown()
+
+
+def _client(port, **kw):
+  config = openai_grader.OpenAIConfig(
+    base_url=f"http://127.0.0.1:{port}/v1", model="m", backoff_s=0.01, **kw
+  )
+  return openai_grader.HTTPChatModel(config)
+
+
+def _complete(chat):
+  return chat.complete(
+    [{"role": "user", "content": "x"}], tools=agent.TOOLS, max_tokens=4, temperature=0, seed=0
+  )
+
+
+def test_client_retries_transient_errors_with_backoff_and_not_bad_requests(flaky):
+  _Flaky.plan = [503, 429, "ok"]
+  chat = _client(flaky, retries=3)
+  assert _complete(chat)["choices"][0]["message"]["content"] == "rank c1"
+  m = chat.metrics()
+  assert (m["requests"], m["retries"], m["failures"], m["prompt_tokens"]) == (3, 2, 0, 5)
+  _Flaky.plan = [400, "ok"]
+  with pytest.raises(openai_grader.EndpointError, match="HTTP 400"):
+    _complete(chat)
+  assert _Flaky.seen == 4  # the 400 was not retried
+  _Flaky.plan = ["slow", "slow"]
+  chat = _client(flaky, retries=1, timeout_s=0.2)
+  with pytest.raises(openai_grader.EndpointError, match="timed out"):
+    _complete(chat)
+  assert chat.metrics()["retries"] == 1 and chat.metrics()["failures"] == 1
+
+
+def test_endpoint_settings_come_from_config_or_environment(monkeypatch):
+  from gagar_jax.errors import ConfigError
+
+  monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+  with pytest.raises(ConfigError, match="grader.openai.base_url"):
+    openai_grader.OpenAIConfig(model="m").resolved()
+  monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1/")
+  monkeypatch.setenv("OPENAI_MODEL", "served")
+  monkeypatch.setenv("MY_KEY", "sekret")
+  c = openai_grader.OpenAIConfig(api_key_env="MY_KEY").resolved()
+  assert (c.base_url, c.model, c.api_key) == ("http://127.0.0.1:9/v1", "served", "sekret")
+  with pytest.raises(ConfigError, match="concurrency"):
+    openai_grader.OpenAIConfig(concurrency=0)

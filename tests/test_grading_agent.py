@@ -1,0 +1,205 @@
+"""The grading agent: tool calls <-> action text, rankings, read-only tools, the loop."""
+
+import json
+import os
+
+import pytest
+
+from gagar_jax.envs import expert as expert_lib
+from gagar_jax.envs import minirepo, transcript
+from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
+from gagar_jax.grading import agent, demos, lm_grader, protocol, rubric, workspace
+from gagar_jax.models import tokenizers
+from gagar_jax.rollout import Trajectory
+
+
+@pytest.fixture(scope="module")
+def group():
+  """One task: a clean fix, a fix with dead code, one out of scope, and a failing copy."""
+  task = minirepo.generate_task(11)
+  with SandboxPool(SandboxConfig(workers=2, uid_base=65100)) as pool:
+
+    def demo(**habits):
+      config = expert_lib.HabitConfig(**dict.fromkeys(habits, 1.0))
+      return expert_lib.Expert(config, pool=pool).demonstrate(task)
+
+    ds = [demo(), demo(dead_code=1), demo(out_of_scope=1)]
+  trajs = [
+    Trajectory(task, 0, i, [], [], [], d.turns, d.files, passed=True) for i, d in enumerate(ds)
+  ]
+  trajs.append(Trajectory(task, 0, 3, [], [], [], [], task.files, passed=False))
+  return trajs
+
+
+@pytest.fixture
+def ws(group, tmp_path):
+  return workspace.materialize(group, str(tmp_path / "ws"), seed=5)
+
+
+def test_action_text_and_tool_calls_round_trip():
+  for text in ("list", "diff c3", "log c12", "read original pkg/core.py", "test c1"):
+    name, args = agent.action_to_call(text)
+    assert agent.call_to_action(name, args) == text
+  for text in ("rank c1 > c2", "diff", "diff c1 c2", "view pkg/core.py", ""):
+    assert agent.action_to_call(text) is None
+  for name, args in (("rm", {}), ("diff", {}), ("diff", {"candidate": "c1 c2"}), ("log", [])):
+    with pytest.raises(ValueError):
+      agent.call_to_action(name, args)
+
+
+def test_rankings_parse_validate_and_round_trip():
+  ranks = agent.parse_ranking("rank c3 > c1 = c10 > c2", ["c1", "c2", "c3", "c10"])
+  assert ranks == {"c3": 0, "c1": 1, "c10": 1, "c2": 2}
+  assert agent.format_ranking(ranks) == "rank c3 > c1 = c10 > c2"
+  for bad in ("c1 > c2", "rank c1 > c1", "rank c1", "rank c1 > c2 > c9", "rank c1 >> c2"):
+    with pytest.raises(protocol.InvalidRanking):
+      agent.parse_ranking(bad, ["c1", "c2"])
+
+
+def test_function_diff_names_the_function_of_each_hunk():
+  before = "def f(a):\n    return a + 1\n\n\ndef g(b):\n    return b\n"
+  after = "def f(a):\n    return a - 1\n\n\ndef g(b):\n    x = 0\n    return b\n"
+  assert agent.function_diff(before, after).splitlines() == [
+    "@@ f",
+    "-    return a + 1",
+    "+    return a - 1",
+    "@@ g",
+    "+    x = 0",
+  ]
+
+
+def _snapshot(root):
+  out = {}
+  for d, _, names in os.walk(root):
+    for n in names:
+      p = os.path.join(d, n)
+      out[p] = (os.stat(p).st_mtime_ns, open(p).read())
+  return out
+
+
+def test_tools_read_the_workspace_and_never_change_it(ws):
+  before = _snapshot(ws.path)
+  ran = []
+  tools = agent.WorkspaceTools(ws, run_tests=lambda files: ran.append(files) or True)
+  listing = tools.execute("list", {})
+  assert sorted(listing.splitlines()) == sorted(
+    f"{c} {'passed' if c in ws.passing else 'failed'}" for c in ws.ids
+  )
+  for cid in ws.passing:
+    assert tools.execute("diff", {"candidate": cid}).startswith("pkg/")
+    log = tools.execute("log", {"candidate": cid})
+    assert log.splitlines()[-1] == "submit"
+  path = sorted(os.listdir(os.path.join(ws.path, "original", "pkg")))[0]
+  original = tools.execute("read", {"candidate": "original", "path": f"pkg/{path}"})
+  assert original == ws_file(ws, "original", "pkg", path)
+  assert tools.execute("test", {"candidate": ws.passing[0]}) == "example passes" and ran
+  # Bad calls are observations, never exceptions; nothing escapes the workspace.
+  assert tools.execute("read", {"candidate": "c1", "path": "../../../../etc/passwd"}).startswith(
+    "error:"
+  )
+  assert tools.execute("read", {"candidate": "../..", "path": "task.md"}).startswith("error:")
+  assert tools.execute("diff", {"candidate": "c99"}).startswith("error: no candidate")
+  assert tools.execute("rm", {"candidate": "c1"}).startswith("error: unknown tool")
+  assert tools.execute("diff", None).startswith("error:")
+  assert agent.WorkspaceTools(ws).execute("test", {"candidate": "c1"}).startswith("error:")
+  assert _snapshot(ws.path) == before
+
+
+def ws_file(ws, *parts):
+  return open(os.path.join(ws.path, *parts)).read()
+
+
+def test_demonstration_ranks_like_the_rubric_and_encodes_like_the_chat_render(group, tmp_path):
+  records = demos.group_records(group, seed=3, variants=3, max_obs_chars=600, root=str(tmp_path))
+  assert [r["variant"] for r in records] == [0, 1, 2]
+  tok = tokenizers.ByteTokenizer(transcript.SPECIALS)
+  for r in records:
+    turns = [tuple(t) for t in json.loads(r["turns"])]
+    ws = workspace.materialize(
+      demos.group_from_json(r["group"]), str(tmp_path / f"re{r['variant']}"), seed=r["ws_seed"]
+    )
+    assert json.loads(r["ranks"]) == rubric.RubricGrader().rank(ws).ranks
+    assert agent.parse_ranking(turns[-1][0], ws.passing) == json.loads(r["ranks"])
+    # The chat messages of this demonstration render to exactly the SFT tokens.
+    messages = [
+      {"role": "system", "content": agent.SYSTEM},
+      {"role": "user", "content": r["prompt"]},
+    ]
+    for k, (action, obs) in enumerate(turns[:-1]):
+      msg, _ = lm_grader.action_message(action, f"call_{k}")
+      messages += [msg, {"role": "tool", "tool_call_id": f"call_{k}", "content": obs}]
+    ids, mask = transcript.encode_episode(tok, r["prompt"], turns, max_obs_tokens=64)
+    rendered = lm_grader.render(tok, messages, max_obs_tokens=64)
+    end = tok.token_id(transcript.END_ACTION)
+    final = tok.encode(turns[-1][0]) + [end]
+    assert rendered + final == ids and mask[len(rendered) :] == [True] * len(final)
+  # The clean fix is ranked first in the full group.
+  full = json.loads(records[0]["ranks"])
+  ws0 = workspace.materialize(demos.group_from_json(records[0]["group"]), str(tmp_path / "f"), 3000)
+  assert full[next(c for c in ws0.passing if ws0.slot_of[c] == 0)] == 0
+
+
+class ScriptedChat:
+  """Replays fixed assistant messages (to test the loop, not a model)."""
+
+  def __init__(self, replies):
+    self.replies, self.calls = list(replies), []
+
+  def complete(self, messages, *, tools, max_tokens, temperature, seed):
+    self.calls.append((len(messages), temperature, seed))
+    reply = self.replies.pop(0)
+    if isinstance(reply, Exception):
+      raise reply
+    return {"choices": [{"message": reply}], "usage": {"total_tokens": 10 * len(messages)}}
+
+
+def _call(text):
+  return lm_grader.action_message(text, "x")[0]
+
+
+def test_agent_loop_tools_retry_and_fallback(ws):
+  best = next(c for c in ws.passing if ws.slot_of[c] == 0)
+  others = [c for c in ws.passing if c != best]
+  answer = {"role": "assistant", "content": f"rank {best} > {' = '.join(others)}"}
+  chat = ScriptedChat([_call(f"diff {best}"), _call("list"), answer])
+  ranking = agent.AgentGrader(chat).rank(ws)
+  assert ranking.ranks == {best: 0, **dict.fromkeys(others, 1)}
+  assert [t for _, t, _ in chat.calls] == [0.0, 0.0, 0.0]
+  # An invalid answer, then a valid one on the sampled retry.
+  chat = ScriptedChat([{"role": "assistant", "content": "rank c1"}, answer])
+  grader = agent.AgentGrader(chat)
+  assert grader.rank(ws).ranks[best] == 0
+  assert chat.calls[1][1:] == (0.7, 1) and grader.stats["retries"] == 1
+  # Failures on both attempts: endpoint error, then the turn budget -> InvalidRanking.
+  chat = ScriptedChat([RuntimeError("503"), *[_call("list")] * 3])
+  grader = agent.AgentGrader(chat, agent.AgentConfig(max_turns=3))
+  with pytest.raises(protocol.InvalidRanking, match="503.*no ranking within 3 turns"):
+    grader.rank(ws)
+  assert grader.stats["invalid"] == 1 and grader.stats["valid"] == 0
+  # The token budget ends an attempt.
+  chat = ScriptedChat([_call("list")] * 4)
+  grader = agent.AgentGrader(chat, agent.AgentConfig(max_total_tokens=25, attempts=1))
+  with pytest.raises(protocol.InvalidRanking, match="token budget"):
+    grader.rank(ws)
+
+
+def test_render_rejects_malformed_conversations():
+  tok = tokenizers.ByteTokenizer(transcript.SPECIALS)
+  user = {"role": "user", "content": "Issue: x"}
+  call = _call("list")
+  bad = [
+    [],
+    "hello",
+    [{"role": "wizard", "content": "x"}],
+    [{"role": "tool", "content": "x"}],
+    [user, user],
+    [user, call],  # unanswered tool call
+    [user, {"role": "tool", "content": "x"}],  # result without a call
+    [user, {"role": "assistant", "tool_calls": [{"function": {"name": "rm"}}]}],
+    [user, {"role": "assistant", "content": None}],
+  ]
+  for messages in bad:
+    with pytest.raises(lm_grader.RequestError):
+      lm_grader.render(tok, messages)
+  ok = lm_grader.render(tok, [user, call, {"role": "tool", "content": "c1 passed"}])
+  assert ok[-len(tok.encode("assistant\n")) :] == tok.encode("assistant\n")
