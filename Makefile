@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 WORKDIR ?= runs/gagar_demo
 
-.PHONY: install run sft test lint bench clean
+.PHONY: install run sft grader serve-grader sampler-demo test lint bench clean
 
 $(STAMP): pyproject.toml requirements.lock
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,15 @@ run: $(STAMP)
 # Remakes assets/pre_rl (the supervised warm start) from scratch.
 sft: $(STAMP)
 	$(BIN)/python experiments/sft.py --config=configs/sft.py --workdir=runs/sft --export=assets/pre_rl
+
+# Remakes assets/lm_grader (the SFT-trained LM grader) from groups the pre-RL policy samples.
+grader: $(STAMP)
+	$(BIN)/python experiments/sft.py --config=configs/grader_sft.py --workdir=runs/grader \
+		--export=assets/lm_grader --config.time_budget_minutes=50
+
+# The LM grader behind an OpenAI-compatible API on http://127.0.0.1:8000/v1.
+serve-grader: $(STAMP)
+	$(BIN)/python experiments/serve_grader.py --grader=assets/lm_grader --port=8000
 
 sampler-demo: $(STAMP)
 	$(BIN)/python experiments/sample.py --config=configs/sampler_demo.py --workdir=runs/sampler_demo

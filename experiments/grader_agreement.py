@@ -1,15 +1,25 @@
-"""Agreement of a grader with the expert's quality labels on held-out groups.
+"""Agreement of a grader with a reference on held-out groups.
 
+    # the rubric grader vs the expert's habit labels (expert groups):
     python experiments/grader_agreement.py --groups=100 --group_size=6
+    # the SFT-trained LM grader vs the rubric (groups the pre-RL policy samples on test tasks):
+    python experiments/grader_agreement.py --grader=lm --reference=rubric --groups=200
+    # the same agent through an OpenAI-compatible endpoint (experiments/serve_grader.py):
+    python experiments/grader_agreement.py --grader=openai --base_url=http://127.0.0.1:8000/v1 \\
+        --reference=rubric
 
-Each group: `group_size` expert demonstrations of one held-out MiniRepo task (test
-split seeds), every demonstration with its own random habits (probability
-`--habit_p` each), plus one failing candidate as context. The expert's label of a
+--reference=labels: each group is `group_size` expert demonstrations of one held-out
+MiniRepo task (test split seeds), every demonstration with its own random habits
+(probability `--habit_p` each), plus one failing candidate; the label of a
 demonstration is the weighted count of its habits (out_of_scope 3, dead_code 2,
 large_edit 1, redundant_view 0.5, extra_test 0.5, no_test 0.25; lower is better).
-The grader sees only the workspace. Reported: top-1 agreement (the grader's best
-set contains a label-best demonstration), Kendall tau-b between grader ranks and
-labels (mean over groups with distinct labels), and grading time per group.
+
+--reference=rubric: the policy in --policy_dir samples groups of 8 on test-split tasks;
+groups with two or more passing samples are graded by the rubric and by --grader.
+
+Reported: top-1 agreement (the grader's best set contains a reference-best
+candidate), Kendall tau-b (mean over groups whose reference has distinct levels),
+invalid-output rate (after the agent's retry), model tokens and time per group.
 """
 
 import tempfile
@@ -18,17 +28,29 @@ import time
 import numpy as np
 from absl import app, flags
 
+from configs import common
+from gagar_jax import rollout
+from gagar_jax.data import builders
 from gagar_jax.data.builders import SPLIT_SEED_BASE
 from gagar_jax.envs import expert as expert_lib
 from gagar_jax.envs import minirepo
 from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
-from gagar_jax.grading import protocol, rubric, workspace
+from gagar_jax.grading import demos as demos_lib
+from gagar_jax.grading import lm_grader, openai_grader, protocol, rubric, workspace
 from gagar_jax.rollout import Trajectory
 
-_GROUPS = flags.DEFINE_integer("groups", 100, "Held-out groups.")
-_GROUP_SIZE = flags.DEFINE_integer("group_size", 6, "Passing demonstrations per group.")
+_GRADER = flags.DEFINE_enum("grader", "rubric", ["rubric", "lm", "openai"], "Grader to measure.")
+_REFERENCE = flags.DEFINE_enum("reference", "labels", ["labels", "rubric"], "What to agree with.")
+_GROUPS = flags.DEFINE_integer("groups", 100, "Held-out groups (tasks, for --reference=rubric).")
+_GROUP_SIZE = flags.DEFINE_integer("group_size", 6, "Passing demonstrations per group (labels).")
 _HABIT_P = flags.DEFINE_float("habit_p", 0.35, "Probability of each habit per demonstration.")
-_N_FUNCTIONS = flags.DEFINE_integer("n_functions", 3, "MiniRepo functions per module.")
+_N_FUNCTIONS = flags.DEFINE_integer(
+  "n_functions", 3, "MiniRepo functions per module (labels; rubric uses the policy's suite)."
+)
+_GRADER_PATH = flags.DEFINE_string("grader_path", "assets/lm_grader", "LM grader folder.")
+_POLICY = flags.DEFINE_string("policy_dir", "assets/pre_rl", "Policy sampling the groups.")
+_BASE_URL = flags.DEFINE_string("base_url", "", "Endpoint ('' -> $OPENAI_BASE_URL).")
+_MODEL = flags.DEFINE_string("model", "gagar-lm-grader", "Endpoint model.")
 
 WEIGHTS = {
   "out_of_scope": 3,
@@ -40,61 +62,98 @@ WEIGHTS = {
 }
 
 
-def kendall_tau_b(x, y) -> float:
-  n, conc, disc, tx, ty = len(x), 0, 0, 0, 0
-  for i in range(n):
-    for j in range(i + 1, n):
-      dx, dy = np.sign(x[i] - x[j]), np.sign(y[i] - y[j])
-      if dx == 0 and dy == 0:
-        continue
-      if dx == 0:
-        tx += 1
-      elif dy == 0:
-        ty += 1
-      elif dx == dy:
-        conc += 1
-      else:
-        disc += 1
-  denom = np.sqrt((conc + disc + tx) * (conc + disc + ty))
-  return float((conc - disc) / denom) if denom else float("nan")
+def make_grader():
+  if _GRADER.value == "rubric":
+    return rubric.RubricGrader()
+  if _GRADER.value == "lm":
+    return lm_grader.LMGrader.load(_GRADER_PATH.value)
+  config = openai_grader.OpenAIConfig(base_url=_BASE_URL.value, model=_MODEL.value)
+  return openai_grader.OpenAIGrader.from_config(config)
+
+
+def label_groups(pool):
+  """[(group, reference ranks by slot)] of expert demonstrations with habit labels."""
+  habits = expert_lib.HabitConfig(**dict.fromkeys(WEIGHTS, _HABIT_P.value))
+  out = []
+  for k in range(_GROUPS.value):
+    task = minirepo.generate_task(SPLIT_SEED_BASE["test"] + k, n_functions=_N_FUNCTIONS.value)
+    e = expert_lib.Expert(habits, seed=k, pool=pool)
+    demos = [e.demonstrate(task) for _ in range(_GROUP_SIZE.value)]
+    assert all(d.passed for d in demos)
+    labels = [sum(WEIGHTS[h] for h in d.habits) for d in demos]
+    group = [
+      Trajectory(task, 0, i, [], [], [], d.turns, d.files, passed=True) for i, d in enumerate(demos)
+    ]
+    group.append(Trajectory(task, 0, len(group), [], [], [], [], task.files, passed=False))
+    out.append((group, labels))
+  return out
+
+
+def policy_groups():
+  """[(group, None)]: the rubric ranks each workspace (the reference)."""
+  suite = builders.suite_from_config(common.minirepo_suite())  # what the policy learned on
+  tasks = [
+    minirepo.generate_task(SPLIT_SEED_BASE["test"] + k, **suite.difficulty)
+    for k in range(_GROUPS.value)
+  ]
+  return [(g, None) for g in rollout.sample_groups(_POLICY.value, tasks, group_size=8, seed=7)]
 
 
 def main(argv):
   del argv
-  habits = expert_lib.HabitConfig(**dict.fromkeys(WEIGHTS, _HABIT_P.value))
-  grader = rubric.RubricGrader()
-  top1, taus, times = [], [], []
+  grader = make_grader()
+  top1, taus, times, invalid = [], [], [], 0
   with SandboxPool(SandboxConfig(workers=2)) as pool, tempfile.TemporaryDirectory() as tmp:
-    for k in range(_GROUPS.value):
-      task = minirepo.generate_task(SPLIT_SEED_BASE["test"] + k, n_functions=_N_FUNCTIONS.value)
-      e = expert_lib.Expert(habits, seed=k, pool=pool)
-      demos = [e.demonstrate(task) for _ in range(_GROUP_SIZE.value)]
-      assert all(d.passed for d in demos)
-      labels = [sum(WEIGHTS[h] for h in d.habits) for d in demos]
-      group = [
-        Trajectory(task, 0, i, [], [], [], d.turns, d.files, passed=True)
-        for i, d in enumerate(demos)
-      ]
-      group.append(Trajectory(task, 0, len(group), [], [], [], [], task.files, passed=False))
+    groups = label_groups(pool) if _REFERENCE.value == "labels" else policy_groups()
+    for k, (group, labels) in enumerate(groups):
       ws = workspace.materialize(group, f"{tmp}/g{k}", seed=k)
+      if labels is None:
+        reference = rubric.RubricGrader().rank(ws).ranks
+      else:
+        reference = {c: labels[ws.slot_of[c]] for c in ws.passing}
       start = time.perf_counter()
-      ranks = protocol.validate(grader.rank(ws), ws)
-      times.append(time.perf_counter() - start)
-      by_slot = np.array([ranks[c] for c in sorted(ranks, key=ws.slot_of.get)])
-      best = set(np.flatnonzero(by_slot == by_slot.min()))
-      top1.append(bool(best & set(np.flatnonzero(np.array(labels) == min(labels)))))
-      if len(set(labels)) > 1:
-        taus.append(kendall_tau_b(by_slot, np.array(labels)))
+      try:
+        ranks = protocol.validate(grader.rank(ws), ws)
+      except protocol.InvalidRanking:
+        invalid += 1
+        top1.append(False)
+        continue
+      finally:
+        times.append(time.perf_counter() - start)
+      hit, tau = demos_lib.compare(ranks, reference)
+      top1.append(hit)
+      if len(set(reference.values())) > 1:
+        taus.append(tau)
+  n = len(groups)
   print(
-    f"grader {grader.name}: {_GROUPS.value} held-out groups of {_GROUP_SIZE.value} passing "
-    f"(+1 failing), habit probability {_HABIT_P.value}"
+    f"grader {grader.name} vs {_REFERENCE.value}: {n} held-out groups"
+    + (
+      f" of {_GROUP_SIZE.value} passing (+1 failing), habit probability {_HABIT_P.value}"
+      if _REFERENCE.value == "labels"
+      else f" sampled by {_POLICY.value} (>= 2 passing of 8)"
+    )
   )
   print(f"  top-1 agreement   {np.mean(top1):.3f}")
   print(
     f"  Kendall tau-b     {np.nanmean(taus):.3f} (median {np.nanmedian(taus):.3f}, "
-    f"{len(taus)} groups with distinct labels)"
+    f"{len(taus)} groups with distinct reference levels)"
   )
+  print(f"  invalid outputs   {invalid / max(n, 1):.3f}")
   print(f"  grading time      {1e3 * np.median(times):.1f} ms/group (median)")
+  stats = getattr(grader, "stats", None)
+  if stats:
+    print(
+      f"  model tokens      {stats['tokens'] / max(n, 1):.0f}/group, turns "
+      f"{stats['turns'] / max(n, 1):.1f}/group, retries {stats['retries']}"
+    )
+  chat = getattr(grader, "chat", None)
+  if hasattr(chat, "metrics"):
+    m = chat.metrics()
+    print(
+      f"  endpoint          {m['requests']:.0f} requests, latency p50 "
+      f"{1e3 * m['latency_p50_s']:.0f} ms p95 {1e3 * m['latency_p95_s']:.0f} ms, "
+      f"{m['retries']:.0f} retries, {m['failures']:.0f} failures"
+    )
 
 
 if __name__ == "__main__":

@@ -27,9 +27,9 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)  # progress lines only; orbax/jax INFO is noise
   if _CONFIG.value.get("target", "policy") == "grader":
-    from gagar_jax.grading import training
+    from gagar_jax import grader_sft
 
-    training.run(_CONFIG.value, _WORKDIR.value, export=_EXPORT.value)
+    grader_sft.run(_CONFIG.value, _WORKDIR.value, export=_EXPORT.value)
     return
   summary = sft.run(_CONFIG.value, _WORKDIR.value, export=_EXPORT.value)
   if _REPORT.value:

@@ -282,3 +282,34 @@ def to_batch(
   return Batch(
     tokens, mask, logps, np.zeros_like(logps), rewards, passed, np.asarray(ranks, np.int32), valid
   )
+
+
+def sample_groups(policy_dir: str, tasks, *, group_size: int, seed: int, rollout_overrides=None):
+  """Groups an exported policy samples on `tasks` (temperature 1), keeping those with at
+  least two passing samples (gradable): grader demonstrations and agreement sets."""
+  import jax
+  from flax import nnx
+
+  from gagar_jax import policy_io
+  from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
+  from gagar_jax.models import transformer
+
+  tok, model_config, params = policy_io.load(policy_dir)
+  graphdef, _ = nnx.split(
+    nnx.eval_shape(lambda: transformer.Transformer(model_config, rngs=nnx.Rngs(0)))
+  )
+  cfg = RolloutConfig(group_size=group_size, **(rollout_overrides or {}))
+  params = jax.device_put(params)
+  kept, start = [], time.time()
+  with SandboxPool(SandboxConfig(workers=2)) as pool:
+    engine = RolloutEngine(cfg, model_config, graphdef, tok, pool)
+    batch = 8
+    for b in range(0, len(tasks), batch):
+      groups = engine.run(params, tasks[b : b + batch], jax.random.key(seed * 100_003 + b))
+      kept += [g for g in groups if sum(t.passed for t in g) >= 2]
+      print(
+        f"[grader-data] sampled {min(b + batch, len(tasks))}/{len(tasks)} tasks, "
+        f"{len(kept)} gradable groups, {time.time() - start:.0f}s",
+        flush=True,
+      )
+  return kept

@@ -280,6 +280,7 @@ class MinirepoGraderDemos(tfds.core.GeneratorBasedBuilder):
   def _generate_examples(self, split, n):
     import tempfile
 
+    from gagar_jax import rollout
     from gagar_jax.grading import demos
 
     cfg = self.builder_config
@@ -287,7 +288,7 @@ class MinirepoGraderDemos(tfds.core.GeneratorBasedBuilder):
       minirepo.generate_task(SPLIT_SEED_BASE[split] + i, **cfg.suite.difficulty) for i in range(n)
     ]
     seed = cfg.seed + SPLIT_SEED_BASE[split]
-    groups = demos.sample_groups(cfg.policy_dir, tasks, group_size=cfg.group_size, seed=seed)
+    groups = rollout.sample_groups(cfg.policy_dir, tasks, group_size=cfg.group_size, seed=seed)
     variants = cfg.variants if split == "train" else 1
     with tempfile.TemporaryDirectory() as tmp:
       for k, group in enumerate(groups):

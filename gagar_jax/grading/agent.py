@@ -40,6 +40,7 @@ from typing import Protocol
 
 from gagar_jax.configlib import check, check_positive_ints
 from gagar_jax.grading.protocol import InvalidRanking, Ranking
+from gagar_jax.grading.rubric import RubricGrader
 
 SYSTEM = """You grade candidate fixes of one bug report. Several agents worked on copies
 of the same small Python package; some candidates pass the hidden tests, some fail.
@@ -239,8 +240,6 @@ class WorkspaceTools:
             parts.append(f"{path}\n{d}")
         return "\n".join(parts) or "no changes"
       if name == "log":
-        from gagar_jax.grading.rubric import RubricGrader
-
         turns = RubricGrader._transcript_actions(self._read("candidates", cid, "transcript.txt"))
         return "\n".join(_summarize_turn(a, o) for a, o in turns) or "no actions"
       if name == "read":

@@ -1,6 +1,6 @@
 """Grader demonstrations: rubric-graded workspaces of groups the SFT policy sampled.
 
-    groups = sample_groups(policy_dir, tasks, group_size=8, seed=0)   # >= 2 passing each
+    groups = rollout.sample_groups(policy_dir, tasks, group_size=8, seed=0)  # >= 2 passing
     for group in groups:
       for record in group_records(group, seed, variants=3):
         prompt, turns = record["prompt"], record["turns"]   # an SFT demonstration
@@ -28,7 +28,6 @@ import numpy as np
 
 from gagar_jax.envs import minirepo, tools
 from gagar_jax.grading import agent, protocol, rubric, workspace
-from gagar_jax.rollout import Trajectory
 
 
 def expert_turns(ws, ranks: dict[str, int], max_obs_chars: int) -> list[tuple[str, str]]:
@@ -59,14 +58,12 @@ def group_to_json(group) -> str:
   )
 
 
-def group_from_json(text: str) -> list[Trajectory]:
+def group_from_json(text: str) -> list[workspace.Candidate]:
   d = json.loads(text)
   task = minirepo.Task.from_json(d["task"])
   return [
-    Trajectory(
-      task, 0, i, [], [], [], [tools.Turn(*u) for u in c["turns"]], c["files"], passed=c["passed"]
-    )
-    for i, c in enumerate(d["candidates"])
+    workspace.Candidate(task, [tools.Turn(*u) for u in c["turns"]], c["files"], c["passed"])
+    for c in d["candidates"]
   ]
 
 
@@ -98,36 +95,6 @@ def group_records(group, seed: int, variants: int, max_obs_chars: int, root: str
       }
     )
   return out
-
-
-def sample_groups(policy_dir: str, tasks, *, group_size: int, seed: int, rollout_overrides=None):
-  """Groups of the policy on `tasks` (temperature 1) with at least two passing samples."""
-  import jax
-  from flax import nnx
-
-  from gagar_jax import policy_io, rollout
-  from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
-  from gagar_jax.models import transformer
-
-  tok, model_config, params = policy_io.load(policy_dir)
-  graphdef, _ = nnx.split(
-    nnx.eval_shape(lambda: transformer.Transformer(model_config, rngs=nnx.Rngs(0)))
-  )
-  cfg = rollout.RolloutConfig(group_size=group_size, **(rollout_overrides or {}))
-  params = jax.device_put(params)
-  kept, start = [], time.time()
-  with SandboxPool(SandboxConfig(workers=2)) as pool:
-    engine = rollout.RolloutEngine(cfg, model_config, graphdef, tok, pool)
-    batch = 8
-    for b in range(0, len(tasks), batch):
-      groups = engine.run(params, tasks[b : b + batch], jax.random.key(seed * 100_003 + b))
-      kept += [g for g in groups if sum(t.passed for t in g) >= 2]
-      print(
-        f"[grader-data] sampled {min(b + batch, len(tasks))}/{len(tasks)} tasks, "
-        f"{len(kept)} gradable groups, {time.time() - start:.0f}s",
-        flush=True,
-      )
-  return kept
 
 
 # ------------------------------------------------------------------------ agreement

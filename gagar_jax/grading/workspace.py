@@ -28,6 +28,16 @@ actions in the transcript. Failing candidates are context only; do not rank them
 """
 
 
+@dataclasses.dataclass
+class Candidate:
+  """What `materialize` needs of a trajectory (a `rollout.Trajectory` also has it)."""
+
+  task: object
+  turns: list
+  files: dict[str, str]
+  passed: bool
+
+
 @dataclasses.dataclass(frozen=True)
 class Workspace:
   path: str

@@ -1,5 +1,7 @@
 """Supervised training of the LM grader on rubric-graded workspaces (`experiments/sft.py`).
 
+Beside `sft.py` (not in `grading/`): it composes the data, the SFT loop and the grader.
+
     python experiments/sft.py --config=configs/grader_sft.py --workdir=runs/grader \\
         --export=assets/lm_grader
 
