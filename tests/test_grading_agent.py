@@ -37,7 +37,7 @@ def ws(group, tmp_path):
 
 
 def test_action_text_and_tool_calls_round_trip():
-  for text in ("list", "diff c3", "log c12", "read original pkg/core.py", "test c1"):
+  for text in ("list", "diff c3", "log c12", "read original pkg/core.py", "test c1", "note c2 2.5"):
     name, args = agent.action_to_call(text)
     assert agent.call_to_action(name, args) == text
   for text in ("rank c1 > c2", "diff", "diff c1 c2", "view pkg/core.py", ""):
@@ -93,6 +93,7 @@ def test_tools_read_the_workspace_and_never_change_it(ws):
   original = tools.execute("read", {"candidate": "original", "path": f"pkg/{path}"})
   assert original == ws_file(ws, "original", "pkg", path)
   assert tools.execute("test", {"candidate": ws.passing[0]}) == "example passes" and ran
+  assert tools.execute("note", {"candidate": ws.passing[0], "verdict": "2.5"}) == "noted"
   # Bad calls are observations, never exceptions; nothing escapes the workspace.
   assert tools.execute("read", {"candidate": "c1", "path": "../../../../etc/passwd"}).startswith(
     "error:"
@@ -120,6 +121,12 @@ def test_demonstration_ranks_like_the_rubric_and_encodes_like_the_chat_render(gr
     )
     assert json.loads(r["ranks"]) == rubric.RubricGrader().rank(ws).ranks
     assert agent.parse_ranking(turns[-1][0], ws.passing) == json.loads(r["ranks"])
+    # Each passing candidate: diff, log, note <penalty>; the ranking sorts the notes.
+    notes = {a.split()[1]: float(a.split()[2]) for a, _ in turns if a.startswith("note ")}
+    assert sorted(notes) == sorted(ws.passing)
+    levels = sorted(set(notes.values()))
+    assert {c: levels.index(p) for c, p in notes.items()} == json.loads(r["ranks"])
+    assert [a.split()[0] for a, _ in turns[:3]] == ["diff", "log", "note"]
     # The chat messages of this demonstration render to exactly the SFT tokens.
     messages = [
       {"role": "system", "content": agent.SYSTEM},

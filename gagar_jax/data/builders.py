@@ -254,7 +254,8 @@ class MinirepoGraderDemos(tfds.core.GeneratorBasedBuilder):
   """Grader demonstrations: tool calls over a group's workspace, then the rubric's ranking."""
 
   name = "minirepo_grader_demos"
-  VERSION = tfds.core.Version("1.0.0")
+  VERSION = tfds.core.Version("1.1.0")
+  RELEASE_NOTES = {"1.1.0": "a `note <id> <penalty>` action per candidate before the ranking"}
   BUILDER_CONFIGS = [GraderDemosConfig(name="default")]
 
   def _info(self):

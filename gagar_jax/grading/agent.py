@@ -14,6 +14,7 @@ Tools (all read-only over the workspace of `workspace.py`):
     log <id>                 its actions, one per line, with their outcome
     read <id> <path>         a file of the candidate (id `original`: before any change)
     test <id>                re-runs the issue's example on its files (when a runner is given)
+    note <id> <verdict>      records the grader's verdict on a candidate (a scratchpad)
 
 `AgentGrader.rank` runs the loop against any `ChatModel` (`complete(messages,
 ...)`): the project's model in-process (`lm_grader.LocalChatModel`) or an HTTP
@@ -44,7 +45,8 @@ from gagar_jax.grading.rubric import RubricGrader
 
 SYSTEM = """You grade candidate fixes of one bug report. Several agents worked on copies
 of the same small Python package; some candidates pass the hidden tests, some fail.
-Inspect the workspace with the tools, then answer with one line ranking ALL passing
+Inspect the workspace with the tools (note a verdict per candidate if you like),
+then answer with one line ranking ALL passing
 candidates, best first: `rank c3 > c1 = c4` (`>` separates quality levels, `=` ties).
 Prefer the minimal change inside the faulty function; penalise edits to other
 functions, dead or unreachable code, larger edits than needed, and redundant or
@@ -81,6 +83,12 @@ TOOLS = [
     path="file path, e.g. pkg/core.py",
   ),
   _fn("test", "Re-runs the bug report's example on the candidate's files.", candidate="id"),
+  _fn(
+    "note",
+    "Records your verdict on a candidate before ranking (a scratchpad; returns 'noted').",
+    candidate="id",
+    verdict="one word, e.g. a penalty (lower is better): 2.5",
+  ),
 ]
 TOOL_ARGS = {t["function"]["name"]: t["function"]["parameters"]["required"] for t in TOOLS}
 _ID = re.compile(r"^[A-Za-z0-9_]+$")
@@ -245,6 +253,8 @@ class WorkspaceTools:
       if name == "read":
         base = ("original",) if cid == "original" else ("candidates", cid, "files")
         return self._read(*base, args["path"])
+      if name == "note":
+        return "noted"
       if name == "test":
         if self.run_tests is None:
           return "error: this grader has no test runner"

@@ -6,8 +6,11 @@
         prompt, turns = record["prompt"], record["turns"]   # an SFT demonstration
 
 A demonstration is what a careful grader does with the tools of `agent.py`: for
-each passing candidate `diff <id>` and `log <id>`, then `rank ...` with the rubric
-grader's ranking. Observations are the real tool outputs on the materialized
+each passing candidate `diff <id>`, `log <id>` and `note <id> <penalty>` (the
+rubric's penalty of that candidate, its verdict), then `rank ...` with the rubric
+grader's ranking, which orders the noted penalties (equal penalties tie). The
+notes split the hard part for a small model (a global comparison of raw diffs)
+into a local judgement per candidate and a sort of numbers it has just written. Observations are the real tool outputs on the materialized
 workspace, cut exactly as the agent loop cuts them. Besides the full group,
 `variants - 1` copies rank a random subset (>= 2) of its passing candidates,
 with fresh candidate ids: more demonstrations from the same sampling work.
@@ -30,12 +33,13 @@ from gagar_jax.envs import minirepo, tools
 from gagar_jax.grading import agent, protocol, rubric, workspace
 
 
-def expert_turns(ws, ranks: dict[str, int], max_obs_chars: int) -> list[tuple[str, str]]:
+def expert_turns(
+  ws, ranks: dict[str, int], penalties: dict[str, float], max_obs_chars: int
+) -> list[tuple[str, str]]:
   t = agent.WorkspaceTools(ws)
   turns = []
   for cid in sorted(ws.passing, key=agent._id_key):
-    for name in ("diff", "log"):
-      action = f"{name} {cid}"
+    for action in (f"diff {cid}", f"log {cid}", f"note {cid} {penalties[cid]:g}"):
       call = agent.action_to_call(action)
       turns.append((action, agent.truncate(t.execute(*call), max_obs_chars)))
   turns.append((agent.format_ranking(ranks), ""))
@@ -84,10 +88,11 @@ def group_records(group, seed: int, variants: int, max_obs_chars: int, root: str
     ws_seed = int(seed * 1000 + v)
     ws = workspace.materialize(members, os.path.join(root, f"v{v}"), seed=ws_seed)
     ranks = protocol.validate(grader.rank(ws), ws)
+    penalties = {r.cid: r.penalty for r in grader.inspect(ws)}
     out.append(
       {
         "prompt": agent.user_prompt(ws),
-        "turns": json.dumps(expert_turns(ws, ranks, max_obs_chars)),
+        "turns": json.dumps(expert_turns(ws, ranks, penalties, max_obs_chars)),
         "ranks": json.dumps(ranks),
         "group": group_to_json(members),
         "ws_seed": ws_seed,
