@@ -72,7 +72,7 @@ def grader_agent() -> ml_collections.ConfigDict:
   """Budgets of the agentic LM / OpenAI grader (gagar_jax/grading/agent.py AgentConfig)."""
   c = ml_collections.ConfigDict()
   # Model calls per grading attempt, and tokens per call (one action).
-  c.max_turns = 16
+  c.max_turns = 24
   c.max_action_tokens = 24
   # Stop an attempt once the conversation (prompt + completions) reaches this many tokens.
   c.max_total_tokens = 1000

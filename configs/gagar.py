@@ -127,7 +127,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # Budgets of the lm / openai grading agent.
   c.grader.agent = common.grader_agent()
   c.grader.workers = 2
-  c.grader.timeout_s = 20.0
+  # Seconds per group from its submission (a model grader queues for one model).
+  c.grader.timeout_s = 20.0 if args.grader == "rubric" else 90.0
   # reward_shaping: reward = passed + coef * (1 - rank / max_rank) for passing trajectories.
   c.grader.shaping_coef = 0.5
 

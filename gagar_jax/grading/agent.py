@@ -282,9 +282,9 @@ class AgentError(RuntimeError):
 class AgentConfig:
   """Budgets of one grading attempt, and the retry."""
 
-  max_turns: int = 12
+  max_turns: int = 24
   max_action_tokens: int = 24
-  max_total_tokens: int = 896
+  max_total_tokens: int = 1000
   max_observation_chars: int = 600
   attempts: int = 2  # the first greedy, the rest sampled at retry_temperature
   retry_temperature: float = 0.7
