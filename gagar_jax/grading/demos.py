@@ -10,8 +10,9 @@ each passing candidate `diff <id>`, `log <id>` and `note <id> <penalty>` (the
 rubric's penalty of that candidate, its verdict), then `rank ...` with the rubric
 grader's ranking, which orders the noted penalties (equal penalties tie). The
 notes split the hard part for a small model (a global comparison of raw diffs)
-into a local judgement per candidate and a sort of numbers it has just written. Observations are the real tool outputs on the materialized
-workspace, cut exactly as the agent loop cuts them. Besides the full group,
+into a local judgement per candidate and a sort of numbers it has just written.
+Observations are the real tool outputs on the materialized workspace, cut
+exactly as the agent loop cuts them. Besides the full group,
 `variants - 1` copies rank a random subset (>= 2) of its passing candidates,
 with fresh candidate ids: more demonstrations from the same sampling work.
 
