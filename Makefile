@@ -27,7 +27,7 @@ sft: $(STAMP)
 # Remakes assets/lm_grader (the SFT-trained LM grader) from groups the pre-RL policy samples.
 grader: $(STAMP)
 	$(BIN)/python experiments/sft.py --config=configs/grader_sft.py --workdir=runs/grader \
-		--export=assets/lm_grader --config.time_budget_minutes=55
+		--export=assets/lm_grader --config.time_budget_minutes=52
 
 # The LM grader behind an OpenAI-compatible API on http://127.0.0.1:8000/v1.
 serve-grader: $(STAMP)

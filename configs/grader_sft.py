@@ -61,7 +61,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # Sequences per step and their padded length (longer demonstrations are dropped).
   c.sft.batch_size = 16
   c.sft.seq_len = 640
-  c.sft.steps = 1000
+  c.sft.steps = 900
   c.sft.learning_rate = 2e-3
   c.sft.warmup_steps = 50
   c.sft.min_lr_ratio = 0.1
@@ -72,7 +72,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   c.eval = ml_collections.ConfigDict()
   # Agreement on this many held-out groups every `every_steps` (all of them at the end).
-  c.eval.every_steps = 250
+  c.eval.every_steps = 300
   c.eval.groups = 24
 
   # Checkpoints under workdir/checkpoints.

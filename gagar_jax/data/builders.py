@@ -254,8 +254,11 @@ class MinirepoGraderDemos(tfds.core.GeneratorBasedBuilder):
   """Grader demonstrations: tool calls over a group's workspace, then the rubric's ranking."""
 
   name = "minirepo_grader_demos"
-  VERSION = tfds.core.Version("1.1.0")
-  RELEASE_NOTES = {"1.1.0": "a `note <id> <penalty>` action per candidate before the ranking"}
+  VERSION = tfds.core.Version("1.2.0")
+  RELEASE_NOTES = {
+    "1.1.0": "a `note <id> <penalty>` action per candidate before the ranking",
+    "1.2.0": "`note` answers with the notes so far (best first) and the ids left to inspect",
+  }
   BUILDER_CONFIGS = [GraderDemosConfig(name="default")]
 
   def _info(self):

@@ -14,7 +14,9 @@ Tools (all read-only over the workspace of `workspace.py`):
     log <id>                 its actions, one per line, with their outcome
     read <id> <path>         a file of the candidate (id `original`: before any change)
     test <id>                re-runs the issue's example on its files (when a runner is given)
-    note <id> <verdict>      records the grader's verdict on a candidate (a scratchpad)
+    note <id> <verdict>      records a verdict on a passing candidate; answers with every
+                             note so far, best (lowest number) first, and the passing
+                             candidates not noted yet (a scratchpad)
 
 `AgentGrader.rank` runs the loop against any `ChatModel` (`complete(messages,
 ...)`): the project's model in-process (`lm_grader.LocalChatModel`) or an HTTP
@@ -85,7 +87,8 @@ TOOLS = [
   _fn("test", "Re-runs the bug report's example on the candidate's files.", candidate="id"),
   _fn(
     "note",
-    "Records your verdict on a candidate before ranking (a scratchpad; returns 'noted').",
+    "Records your verdict on a passing candidate (a scratchpad). Returns your notes so far, "
+    "lowest (best) first, and the passing candidates not noted yet.",
     candidate="id",
     verdict="one word, e.g. a penalty (lower is better): 2.5",
   ),
@@ -204,6 +207,22 @@ class WorkspaceTools:
 
   def __init__(self, ws, run_tests=None):
     self.ws, self.run_tests = ws, run_tests
+    self.notes: dict[str, str] = {}
+
+  def _note(self, cid: str, verdict: str) -> str:
+    if cid not in self.ws.passing:
+      raise ValueError(f"{cid} is not a passing candidate")
+    self.notes[cid] = verdict
+
+    def key(c):
+      try:
+        return (0, float(self.notes[c]), _id_key(c))
+      except ValueError:
+        return (1, 0.0, _id_key(c))
+
+    noted = ", ".join(f"{c} {self.notes[c]}" for c in sorted(self.notes, key=key))
+    left = [c for c in sorted(self.ws.passing, key=_id_key) if c not in self.notes]
+    return f"notes: {noted}\n" + (f"to inspect: {' '.join(left)}" if left else "all noted")
 
   def _read(self, *parts) -> str:
     root = os.path.realpath(self.ws.path)
@@ -254,7 +273,7 @@ class WorkspaceTools:
         base = ("original",) if cid == "original" else ("candidates", cid, "files")
         return self._read(*base, args["path"])
       if name == "note":
-        return "noted"
+        return self._note(cid, args["verdict"])
       if name == "test":
         if self.run_tests is None:
           return "error: this grader has no test runner"
