@@ -95,11 +95,11 @@ def test_tools_read_the_workspace_and_never_change_it(ws):
   assert tools.execute("test", {"candidate": ws.passing[0]}) == "example passes" and ran
   p = sorted(ws.passing, key=agent._id_key)
   assert tools.execute("note", {"candidate": p[1], "verdict": "2.5"}) == (
-    f"notes: {p[1]} 2.5\nto inspect: {' '.join([p[0], *p[2:]])}"
+    f"noted; to inspect: {' '.join([p[0], *p[2:]])}"
   )
   tools.execute("note", {"candidate": p[2], "verdict": "bad"})
   last = tools.execute("note", {"candidate": p[0], "verdict": "0.25"})
-  assert last == f"notes: {p[0]} 0.25, {p[1]} 2.5, {p[2]} bad\nall noted"
+  assert last == f"all noted, best first: {p[0]} 0.25, {p[1]} 2.5, {p[2]} bad"
   assert tools.execute("note", {"candidate": "c99", "verdict": "1"}).startswith("error:")
   # Bad calls are observations, never exceptions; nothing escapes the workspace.
   assert tools.execute("read", {"candidate": "c1", "path": "../../../../etc/passwd"}).startswith(

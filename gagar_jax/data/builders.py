@@ -257,7 +257,7 @@ class MinirepoGraderDemos(tfds.core.GeneratorBasedBuilder):
   VERSION = tfds.core.Version("1.2.0")
   RELEASE_NOTES = {
     "1.1.0": "a `note <id> <penalty>` action per candidate before the ranking",
-    "1.2.0": "`note` answers with the notes so far (best first) and the ids left to inspect",
+    "1.2.0": "`note` answers with the ids left to inspect, then with every note, best first",
   }
   BUILDER_CONFIGS = [GraderDemosConfig(name="default")]
 

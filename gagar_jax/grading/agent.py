@@ -14,9 +14,9 @@ Tools (all read-only over the workspace of `workspace.py`):
     log <id>                 its actions, one per line, with their outcome
     read <id> <path>         a file of the candidate (id `original`: before any change)
     test <id>                re-runs the issue's example on its files (when a runner is given)
-    note <id> <verdict>      records a verdict on a passing candidate; answers with every
-                             note so far, best (lowest number) first, and the passing
-                             candidates not noted yet (a scratchpad)
+    note <id> <verdict>      records a verdict on a passing candidate (a scratchpad); answers
+                             with the passing candidates not noted yet, and once all are
+                             noted, with every note, best (lowest number) first
 
 `AgentGrader.rank` runs the loop against any `ChatModel` (`complete(messages,
 ...)`): the project's model in-process (`lm_grader.LocalChatModel`) or an HTTP
@@ -87,8 +87,8 @@ TOOLS = [
   _fn("test", "Re-runs the bug report's example on the candidate's files.", candidate="id"),
   _fn(
     "note",
-    "Records your verdict on a passing candidate (a scratchpad). Returns your notes so far, "
-    "lowest (best) first, and the passing candidates not noted yet.",
+    "Records your verdict on a passing candidate (a scratchpad). Returns the passing "
+    "candidates not noted yet; once all are noted, every note, lowest (best) first.",
     candidate="id",
     verdict="one word, e.g. a penalty (lower is better): 2.5",
   ),
@@ -220,9 +220,12 @@ class WorkspaceTools:
       except ValueError:
         return (1, 0.0, _id_key(c))
 
-    noted = ", ".join(f"{c} {self.notes[c]}" for c in sorted(self.notes, key=key))
     left = [c for c in sorted(self.ws.passing, key=_id_key) if c not in self.notes]
-    return f"notes: {noted}\n" + (f"to inspect: {' '.join(left)}" if left else "all noted")
+    if left:
+      return f"noted; to inspect: {' '.join(left)}"
+    return "all noted, best first: " + ", ".join(
+      f"{c} {self.notes[c]}" for c in sorted(self.notes, key=key)
+    )
 
   def _read(self, *parts) -> str:
     root = os.path.realpath(self.ws.path)

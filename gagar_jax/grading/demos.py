@@ -10,9 +10,10 @@ each passing candidate `diff <id>`, `log <id>` and `note <id> <penalty>` (the
 rubric's penalty of that candidate, its verdict), then `rank ...` with the rubric
 grader's ranking, which orders the noted penalties (equal penalties tie). The
 notes split the hard part for a small model (a global comparison of raw diffs)
-into a local judgement per candidate; the `note` tool answers with the notes so
-far, best first, and the ids still to inspect, so the bookkeeping of ids (which
-the tiny model got wrong: skipped and repeated candidates) is a local copy.
+into a local judgement per candidate; the `note` tool answers with the ids still
+to inspect and, after the last note, with every note best first, so the
+bookkeeping of ids (which the tiny model got wrong: skipped and repeated
+candidates) is a local copy.
 Observations are the real tool outputs on the materialized workspace, cut
 exactly as the agent loop cuts them. Besides the full group,
 `variants - 1` copies rank a random subset (>= 2) of its passing candidates,
