@@ -174,6 +174,15 @@ def write_markdown(agg, sweep, command: str, minutes: float, path: str) -> None:
     "",
     f"Command: `{command}`",
     "",
+    *(
+      [
+        "(Aggregation only: each arm's runs were made by the same command without "
+        "`--aggregate_only`, with that arm in `arms=`, into the same `--root`.)",
+        "",
+      ]
+      if "--aggregate_only" in command
+      else []
+    ),
     f"{len(sweep['runs'])} runs ({', '.join(arms)} x {len(sweep['seeds'])} seeds), "
     f"{minutes:.0f} minutes of training runs on this machine (sum over runs). "
     "Mean +- std over seeds.",
@@ -190,6 +199,10 @@ def write_markdown(agg, sweep, command: str, minutes: float, path: str) -> None:
   lines += [
     "",
     "## The paper's claims, here",
+    "",
+    "A claim 'holds' when the means differ in its direction by more than the larger of the "
+    "two arms' seed standard deviations; with 3 seeds that is a screen, not a significance "
+    "test. 'Within seed noise' means the direction agrees but the gap is smaller.",
     "",
     *verdicts(agg),
     "",
