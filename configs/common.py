@@ -82,4 +82,7 @@ def grader_agent() -> ml_collections.ConfigDict:
   # grader loop's fallback (equal ranks).
   c.attempts = 2
   c.retry_temperature = 0.7
+  # If the final answer is invalid but every passing candidate got a numeric `note`, rank
+  # by the notes (the model's own verdicts; counted as from_notes).
+  c.rank_from_notes = True
   return c

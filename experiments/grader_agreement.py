@@ -36,7 +36,7 @@ from gagar_jax.envs import expert as expert_lib
 from gagar_jax.envs import minirepo
 from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
 from gagar_jax.grading import demos as demos_lib
-from gagar_jax.grading import lm_grader, openai_grader, protocol, rubric, workspace
+from gagar_jax.grading import agent, lm_grader, openai_grader, protocol, rubric, workspace
 from gagar_jax.rollout import Trajectory
 
 _GRADER = flags.DEFINE_enum("grader", "rubric", ["rubric", "lm", "openai"], "Grader to measure.")
@@ -51,6 +51,9 @@ _GRADER_PATH = flags.DEFINE_string("grader_path", "assets/lm_grader", "LM grader
 _POLICY = flags.DEFINE_string("policy_dir", "assets/pre_rl", "Policy sampling the groups.")
 _BASE_URL = flags.DEFINE_string("base_url", "", "Endpoint ('' -> $OPENAI_BASE_URL).")
 _MODEL = flags.DEFINE_string("model", "gagar-lm-grader", "Endpoint model.")
+_FROM_NOTES = flags.DEFINE_bool(
+  "rank_from_notes", True, "Agent graders: rank by the model's notes when its answer is invalid."
+)
 
 WEIGHTS = {
   "out_of_scope": 3,
@@ -65,10 +68,11 @@ WEIGHTS = {
 def make_grader():
   if _GRADER.value == "rubric":
     return rubric.RubricGrader()
+  agent_config = agent.AgentConfig(rank_from_notes=_FROM_NOTES.value)
   if _GRADER.value == "lm":
-    return lm_grader.LMGrader.load(_GRADER_PATH.value)
+    return lm_grader.LMGrader.load(_GRADER_PATH.value, agent_config)
   config = openai_grader.OpenAIConfig(base_url=_BASE_URL.value, model=_MODEL.value)
-  return openai_grader.OpenAIGrader.from_config(config)
+  return openai_grader.OpenAIGrader.from_config(config, agent_config)
 
 
 def label_groups(pool):
@@ -144,7 +148,8 @@ def main(argv):
   if stats:
     print(
       f"  model tokens      {stats['tokens'] / max(n, 1):.0f}/group, turns "
-      f"{stats['turns'] / max(n, 1):.1f}/group, retries {stats['retries']}"
+      f"{stats['turns'] / max(n, 1):.1f}/group, retries {stats['retries']}, ranked from "
+      f"the notes {stats['from_notes']} (rank_from_notes={_FROM_NOTES.value})"
     )
   chat = getattr(grader, "chat", None)
   if hasattr(chat, "metrics"):

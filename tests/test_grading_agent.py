@@ -190,6 +190,17 @@ def test_agent_loop_tools_retry_and_fallback(ws):
   with pytest.raises(protocol.InvalidRanking, match="503.*no ranking within 3 turns"):
     grader.rank(ws)
   assert grader.stats["invalid"] == 1 and grader.stats["valid"] == 0
+  # An invalid final line after a numeric note on every passing candidate: ranked by the
+  # notes (the model's own verdicts), counted; without the option, invalid.
+  notes = [_call(f"note {c} {1.5 if c == best else 4}") for c in ws.passing]
+  chat = ScriptedChat([*notes, {"role": "assistant", "content": "rank c9 > c9"}])
+  grader = agent.AgentGrader(chat, agent.AgentConfig(attempts=1))
+  assert grader.rank(ws).ranks == {best: 0, **dict.fromkeys(others, 1)}
+  assert grader.stats["from_notes"] == 1
+  chat = ScriptedChat([*notes, {"role": "assistant", "content": "rank c9 > c9"}])
+  strict = agent.AgentGrader(chat, agent.AgentConfig(attempts=1, rank_from_notes=False))
+  with pytest.raises(protocol.InvalidRanking):
+    strict.rank(ws)
   # The token budget ends an attempt.
   chat = ScriptedChat([_call("list")] * 4)
   grader = agent.AgentGrader(chat, agent.AgentConfig(max_total_tokens=25, attempts=1))

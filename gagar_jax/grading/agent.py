@@ -310,6 +310,9 @@ class AgentConfig:
   max_observation_chars: int = 600
   attempts: int = 2  # the first greedy, the rest sampled at retry_temperature
   retry_temperature: float = 0.7
+  # When the final answer is not a valid ranking but the model noted a number for every
+  # passing candidate, rank by those notes (counted in stats["from_notes"]).
+  rank_from_notes: bool = True
 
   def __post_init__(self):
     check_positive_ints(
@@ -344,6 +347,7 @@ class AgentGrader:
       "invalid": 0,
       "attempts": 0,
       "retries": 0,
+      "from_notes": 0,
       "turns": 0,
       "tokens": 0,
       "seconds": 0.0,
@@ -371,6 +375,16 @@ class AgentGrader:
       raise InvalidRanking("; ".join(errors))
     finally:
       self._count(groups=1, seconds=time.perf_counter() - start)
+
+  @staticmethod
+  def _from_notes(tools: WorkspaceTools, workspace) -> dict[str, int] | None:
+    """The ranking the model's own numeric notes imply, if it noted every passing id."""
+    try:
+      scores = {c: float(tools.notes[c]) for c in workspace.passing}
+    except (KeyError, ValueError):
+      return None
+    levels = sorted(set(scores.values()))
+    return {c: levels.index(v) for c, v in scores.items()}
 
   def messages(self, workspace) -> list[dict]:
     return [
@@ -404,7 +418,15 @@ class AgentGrader:
       messages.append(message)
       calls = message.get("tool_calls") or []
       if not calls:
-        return parse_ranking(message.get("content") or "", workspace.passing), message["content"]
+        text = message.get("content") or ""
+        try:
+          return parse_ranking(text, workspace.passing), text
+        except InvalidRanking:
+          ranks = self._from_notes(tools, workspace) if c.rank_from_notes else None
+          if ranks is None:
+            raise
+          self._count(from_notes=1)
+          return ranks, f"{format_ranking(ranks)} (from the notes; the answer was {text[:80]!r})"
       for call in calls:
         fn = call.get("function", {})
         try:
