@@ -35,8 +35,8 @@ from gagar_jax.data.builders import SPLIT_SEED_BASE
 from gagar_jax.envs import expert as expert_lib
 from gagar_jax.envs import minirepo
 from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
-from gagar_jax.grading import demos as demos_lib
 from gagar_jax.grading import agent, lm_grader, openai_grader, protocol, rubric, workspace
+from gagar_jax.grading import demos as demos_lib
 from gagar_jax.rollout import Trajectory
 
 _GRADER = flags.DEFINE_enum("grader", "rubric", ["rubric", "lm", "openai"], "Grader to measure.")
