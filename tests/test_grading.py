@@ -97,7 +97,8 @@ def test_rubric_prefers_clean_minimal_fix_in_every_case(pool, tmp_path, habit):
 
 
 class FlakyGrader:
-  """Misbehaves by group: 1 raises, 2 hangs, 3 returns garbage, 4 ranks the wrong ids."""
+  """Misbehaves by group: 1 raises, 2 hangs, 3 returns garbage, 4 ranks the wrong ids,
+  5 gives up (raises InvalidRanking, as the agent graders do after their retry)."""
 
   name = "flaky"
 
@@ -114,11 +115,13 @@ class FlakyGrader:
       return "the first one is best"
     if group == 4:
       return protocol.Ranking({"c99": 0})
+    if group == 5:
+      raise protocol.InvalidRanking("no valid ranking after the retry")
     return self.inner.rank(ws)
 
 
 def test_grader_loop_fault_injection(pool, tmp_path):
-  tasks = [minirepo.generate_task(200 + i) for i in range(6)]
+  tasks = [minirepo.generate_task(200 + i) for i in range(7)]
   groups = []
   for task in tasks:
     clean = _demo(task, pool)
@@ -128,17 +131,17 @@ def test_grader_loop_fault_injection(pool, tmp_path):
   for n, group in enumerate(groups):
     assert loop.submit(n, group)
   start = time.monotonic()
-  ranks, metrics = loop.collect(6, 3)
+  ranks, metrics = loop.collect(7, 3)
   assert time.monotonic() - start < 4
-  assert metrics["grader_ok"] == 2  # groups 0 and 5
+  assert metrics["grader_ok"] == 2  # groups 0 and 6
   assert (metrics["grader_exceptions"], metrics["grader_timeouts"], metrics["grader_invalid"]) == (
     1,
     1,
-    2,
+    3,
   )
-  for n in (1, 2, 3, 4):
+  for n in (1, 2, 3, 4, 5):
     np.testing.assert_array_equal(ranks[n], 0)  # plain GRPO advantages for these groups
-  for n in (0, 5):
+  for n in (0, 6):
     assert ranks[n, 1] < ranks[n, 0]  # clean above dead code
   # The loop still works on the next step, with its slots freed.
   loop.grader = rubric.RubricGrader()

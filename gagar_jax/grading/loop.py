@@ -95,7 +95,8 @@ class GraderLoop:
         self._release(job)  # a hung grader keeps its thread, not its slot
         continue
       if job.error is not None:
-        counts["exceptions"] += 1
+        # A grader that gives up with InvalidRanking produced no valid output: invalid.
+        counts["invalid" if isinstance(job.error, protocol.InvalidRanking) else "exceptions"] += 1
         continue
       try:
         valid = protocol.validate(job.result, job.ws)
