@@ -23,9 +23,7 @@ invalid-output rate (after the agent's retry), model tokens and time per group.
 """
 
 import tempfile
-import time
 
-import numpy as np
 from absl import app, flags
 
 from configs import common
@@ -35,7 +33,7 @@ from gagar_jax.data.builders import SPLIT_SEED_BASE
 from gagar_jax.envs import expert as expert_lib
 from gagar_jax.envs import minirepo
 from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
-from gagar_jax.grading import agent, lm_grader, openai_grader, protocol, rubric, workspace
+from gagar_jax.grading import agent, lm_grader, openai_grader, rubric, workspace
 from gagar_jax.grading import demos as demos_lib
 from gagar_jax.rollout import Trajectory
 
@@ -106,28 +104,18 @@ def policy_groups():
 def main(argv):
   del argv
   grader = make_grader()
-  top1, taus, times, invalid = [], [], [], 0
   with SandboxPool(SandboxConfig(workers=2)) as pool, tempfile.TemporaryDirectory() as tmp:
     groups = label_groups(pool) if _REFERENCE.value == "labels" else policy_groups()
-    for k, (group, labels) in enumerate(groups):
-      ws = workspace.materialize(group, f"{tmp}/g{k}", seed=k)
-      if labels is None:
-        reference = rubric.RubricGrader().rank(ws).ranks
-      else:
-        reference = {c: labels[ws.slot_of[c]] for c in ws.passing}
-      start = time.perf_counter()
-      try:
-        ranks = protocol.validate(grader.rank(ws), ws)
-      except protocol.InvalidRanking:
-        invalid += 1
-        top1.append(False)
-        continue
-      finally:
-        times.append(time.perf_counter() - start)
-      hit, tau = demos_lib.compare(ranks, reference)
-      top1.append(hit)
-      if len(set(reference.values())) > 1:
-        taus.append(tau)
+
+    def cases():
+      for k, (group, labels) in enumerate(groups):
+        ws = workspace.materialize(group, f"{tmp}/g{k}", seed=k)
+        if labels is None:
+          yield ws, rubric.RubricGrader().rank(ws).ranks
+        else:
+          yield ws, {c: labels[ws.slot_of[c]] for c in ws.passing}
+
+    m = demos_lib.measure(grader, cases())
   n = len(groups)
   print(
     f"grader {grader.name} vs {_REFERENCE.value}: {n} held-out groups"
@@ -137,13 +125,13 @@ def main(argv):
       else f" sampled by {_POLICY.value} (>= 2 passing of 8)"
     )
   )
-  print(f"  top-1 agreement   {np.mean(top1):.3f}")
+  print(f"  top-1 agreement   {m['top1']:.3f}")
   print(
-    f"  Kendall tau-b     {np.nanmean(taus):.3f} (median {np.nanmedian(taus):.3f}, "
-    f"{len(taus)} groups with distinct reference levels)"
+    f"  Kendall tau-b     {m['kendall_tau']:.3f} (median {m['kendall_tau_median']:.3f}, "
+    f"{m['tau_groups']} groups with distinct reference levels)"
   )
-  print(f"  invalid outputs   {invalid / max(n, 1):.3f}")
-  print(f"  grading time      {1e3 * np.median(times):.1f} ms/group (median)")
+  print(f"  invalid outputs   {m['invalid_rate']:.3f}")
+  print(f"  grading time      {1e3 * m['seconds_per_group']:.1f} ms/group (median)")
   stats = getattr(grader, "stats", None)
   if stats:
     print(
@@ -153,11 +141,11 @@ def main(argv):
     )
   chat = getattr(grader, "chat", None)
   if hasattr(chat, "metrics"):
-    m = chat.metrics()
+    e = chat.metrics()
     print(
-      f"  endpoint          {m['requests']:.0f} requests, latency p50 "
-      f"{1e3 * m['latency_p50_s']:.0f} ms p95 {1e3 * m['latency_p95_s']:.0f} ms, "
-      f"{m['retries']:.0f} retries, {m['failures']:.0f} failures"
+      f"  endpoint          {e['requests']:.0f} requests, latency p50 "
+      f"{1e3 * e['latency_p50_s']:.0f} ms p95 {1e3 * e['latency_p95_s']:.0f} ms, "
+      f"{e['retries']:.0f} retries, {e['failures']:.0f} failures"
     )
 
 

@@ -20,8 +20,6 @@ import json
 import os
 import time
 
-import numpy as np
-
 from gagar_jax import sft, sharding
 from gagar_jax.grading import agent, demos, lm_grader
 
@@ -111,7 +109,14 @@ def run(config, workdir: str, export: str = "") -> dict:
     json.dump(summary, f, indent=2)
   if export:
     export_grader(export, fitted, config, summary)
-  plot_curve(fitted.curve, os.path.join(workdir, "curve.png"))
+  sft.plot_curve(
+    fitted.curve,
+    os.path.join(workdir, "curve.png"),
+    keys=("top1", "kendall_tau", "invalid_rate"),
+    title="held-out agreement with the rubric",
+    ylim=(-0.2, 1),
+    loss_title="grader SFT loss",
+  )
   print(
     f"[grader] done: held-out top-1 {final['top1']:.3f}, Kendall tau {final['kendall_tau']:.3f}, "
     f"invalid {final['invalid_rate']:.3f} over {final['groups']} groups; outputs in {workdir}",
@@ -136,24 +141,3 @@ def export_grader(path: str, fitted, config, summary: dict) -> None:
     )
   with open(os.path.join(path, "summary.json"), "w") as f:
     json.dump({k: v for k, v in summary.items() if k != "curve"}, f, indent=2)
-
-
-def plot_curve(curve: list[dict], path: str) -> None:
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
-  if not curve:
-    return
-  t = [p["seconds"] / 60 for p in curve]
-  fig, ax = plt.subplots(1, 2, figsize=(10, 3.8))
-  ax[0].plot(t, [p["action_nll"] for p in curve], "o-")
-  ax[0].set(xlabel="minutes", ylabel="action-token NLL", title="grader SFT loss")
-  for k in ("top1", "kendall_tau", "invalid_rate"):
-    ax[1].plot(t, [np.nan_to_num(p[k]) for p in curve], "o-", label=k)
-  ax[1].set(xlabel="minutes", ylim=(-0.2, 1), title="held-out agreement with the rubric")
-  ax[1].legend()
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)

@@ -387,8 +387,15 @@ def run(config, workdir: str, export: str = "") -> dict:
   return summary
 
 
-def plot_curve(curve: list[dict], path: str) -> None:
-  """Learning curve: action NLL and sampled pass@1 / informative share vs seconds."""
+def plot_curve(
+  curve: list[dict],
+  path: str,
+  keys=("pass@1", "informative_groups", "passing_bloated"),
+  title: str = "sampled evaluation (T=1)",
+  ylim=(0, 1),
+  loss_title: str = "SFT loss",
+) -> None:
+  """Learning curve: action NLL and the evaluation `keys` vs minutes (NaN drawn as 0)."""
   import matplotlib
 
   matplotlib.use("Agg")
@@ -399,10 +406,10 @@ def plot_curve(curve: list[dict], path: str) -> None:
   t = [p["seconds"] / 60 for p in curve]
   fig, ax = plt.subplots(1, 2, figsize=(10, 3.8))
   ax[0].plot(t, [p["action_nll"] for p in curve], "o-")
-  ax[0].set(xlabel="minutes", ylabel="action-token NLL", title="SFT loss")
-  for k in ("pass@1", "informative_groups", "passing_bloated"):
-    ax[1].plot(t, [p[k] for p in curve], "o-", label=k)
-  ax[1].set(xlabel="minutes", ylim=(0, 1), title="sampled evaluation (T=1)")
+  ax[0].set(xlabel="minutes", ylabel="action-token NLL", title=loss_title)
+  for k in keys:
+    ax[1].plot(t, [np.nan_to_num(p[k]) for p in curve], "o-", label=k)
+  ax[1].set(xlabel="minutes", ylim=ylim, title=title)
   ax[1].legend()
   fig.tight_layout()
   fig.savefig(path, dpi=110)

@@ -137,39 +137,52 @@ def compare(ranks: dict[str, int], reference: dict[str, int]) -> tuple[bool, flo
   return bool(best & {c for c in ids if reference[c] == y.min()}), kendall_tau_b(x, y)
 
 
-def agreement(grader, records, root: str | None = None) -> dict:
-  """A grader's agreement with the rubric on held-out records (workspaces rebuilt).
+def measure(grader, cases) -> dict:
+  """A grader's agreement with reference rankings over `(workspace, reference)` cases.
 
   Invalid outputs (after the grader's retry) count as misses for top-1 and are
-  left out of tau; `invalid_rate` reports them.
+  left out of tau (which needs a reference with distinct levels); `invalid_rate`
+  reports them. Tokens come from an agent grader's `stats`.
   """
   top1, taus, invalid, seconds = [], [], 0, []
   tokens_before = getattr(grader, "stats", {}).get("tokens", 0)
-  with tempfile.TemporaryDirectory(dir=root) as tmp:
-    for k, rec in enumerate(records):
-      ws = workspace.materialize(
-        group_from_json(rec["group"]), os.path.join(tmp, f"g{k}"), seed=rec["ws_seed"]
-      )
-      reference = json.loads(rec["ranks"])
-      start = time.perf_counter()
-      try:
-        ranks = protocol.validate(grader.rank(ws), ws)
-      except protocol.InvalidRanking:
-        invalid += 1
-        top1.append(False)
-        continue
-      finally:
-        seconds.append(time.perf_counter() - start)
-      hit, tau = compare(ranks, reference)
-      top1.append(hit)
-      if len(set(reference.values())) > 1:
-        taus.append(tau)
-  n = max(len(records), 1)
+  for ws, reference in cases:
+    start = time.perf_counter()
+    try:
+      ranks = protocol.validate(grader.rank(ws), ws)
+    except protocol.InvalidRanking:
+      invalid += 1
+      top1.append(False)
+      continue
+    finally:
+      seconds.append(time.perf_counter() - start)
+    hit, tau = compare(ranks, reference)
+    top1.append(hit)
+    if len(set(reference.values())) > 1:
+      taus.append(tau)
+  n = max(len(top1), 1)
   return {
-    "groups": len(records),
+    "groups": len(top1),
     "top1": float(np.mean(top1)) if top1 else float("nan"),
     "kendall_tau": float(np.nanmean(taus)) if taus else float("nan"),
+    "kendall_tau_median": float(np.nanmedian(taus)) if taus else float("nan"),
+    "tau_groups": len(taus),
     "invalid_rate": invalid / n,
     "seconds_per_group": float(np.median(seconds)) if seconds else float("nan"),
     "tokens_per_group": (getattr(grader, "stats", {}).get("tokens", 0) - tokens_before) / n,
   }
+
+
+def agreement(grader, records, root: str | None = None) -> dict:
+  """`measure` against the rubric's ranks stored in held-out records (workspaces rebuilt)."""
+  with tempfile.TemporaryDirectory(dir=root) as tmp:
+    cases = (
+      (
+        workspace.materialize(
+          group_from_json(rec["group"]), os.path.join(tmp, f"g{k}"), seed=rec["ws_seed"]
+        ),
+        json.loads(rec["ranks"]),
+      )
+      for k, rec in enumerate(records)
+    )
+    return measure(grader, cases)
