@@ -1,5 +1,5 @@
 """Benchmarks: sampler (KV cache vs re-forward), forward+backward and learner-step
-throughput with MFU, and the GAGAR advantage kernel against its NumPy reference.
+throughput with MFU, and the GAGAR advantage kernel.
 
     python experiments/bench.py                      # tiny model, CPU-friendly
     python experiments/bench.py --size=small --batch=16 --gen_len=256
@@ -26,7 +26,7 @@ from absl import app, flags
 from flax import nnx
 
 from configs import model_sizes
-from gagar_jax import advantages, advantages_reference, sharding
+from gagar_jax import advantages, sharding
 from gagar_jax.learner.config import LearnerConfig
 from gagar_jax.learner.learner import Learner
 from gagar_jax.learner.step import Batch
@@ -200,7 +200,7 @@ def _bench_learner_size(size, mesh, rows, repeats, rng, peak):
 
 
 def bench_kernel(rows, repeats, rng):
-  """Group advantages + redistribution on [B, G], jitted vs the NumPy reference."""
+  """Group advantages + redistribution on [B, G], jitted."""
   b, g = _KERNEL_B.value, _KERNEL_G.value
   passed = rng.random((b, g)) < 0.5
   rewards = passed.astype(np.float32)
@@ -214,25 +214,12 @@ def bench_kernel(rows, repeats, rng):
   args = [jnp.asarray(x) for x in (rewards, passed, ranks, valid)]
   t_jax = median_time(lambda: kernel(*args), repeats)
 
-  def reference():
-    a = advantages_reference.group_advantages(rewards, valid)
-    return advantages_reference.redistribute(a, passed, ranks, valid)
-
-  t_np = median_time(reference, max(1, repeats // 2))
   rows.append(
     (
       "advantage kernel (jit)",
       f"B={b} G={g}",
       f"{t_jax * 1e6:,.0f} us",
       f"{b / t_jax / 1e6:.1f}M groups/s",
-    )
-  )
-  rows.append(
-    (
-      "advantage kernel (NumPy ref)",
-      f"B={b} G={g}",
-      f"{t_np * 1e6:,.0f} us",
-      f"jit is {t_np / t_jax:,.0f}x faster",
     )
   )
 

@@ -3,7 +3,7 @@ and sum-preserving redistribution of credit among a group's passing trajectories
 
 Pure `jax.numpy`; each function is written for one group `[G]` and vmapped over
 the `B` groups of a batch `[B, G]`, so with `B` sharded over devices nothing is
-ever gathered. `advantages_reference.py` holds a plain NumPy twin used by tests.
+ever gathered. `tests/advantages_reference.py` holds a plain NumPy twin (the test oracle).
 
 Notation (DESIGN.md, "The method, precisely"): a group holds G trajectories with
 rewards r_i; `valid` marks real (non-padding) slots, `passed` the trajectories
@@ -38,27 +38,34 @@ _MIN_NET_CREDIT = 1e-3
 
 
 def _group_advantages_one(rewards, valid, estimator, eps):
-  """One group `[G]`. Statistics over valid slots only; invalid slots get 0."""
-  r = jnp.clip(rewards.astype(jnp.float32), -_MAX_MAGNITUDE, _MAX_MAGNITUDE)
-  r = jnp.where(valid & jnp.isfinite(r), r, 0.0)
+  """One group `[G]`. Statistics over valid slots only; invalid slots get 0.
+
+  The rewards are first shifted by the group's smallest valid reward and divided by
+  the largest shifted value, so every statistic is taken of numbers in [0, 1]: a
+  group whose valid rewards are all equal has scale 0 and gets exactly 0 (no
+  rounding residue of a mean can become credit), adding a constant to a group's
+  rewards changes nothing but the round-off of the shift, and squares of huge
+  rewards never overflow.
+  """
+  r = rewards.astype(jnp.float32)
+  r = jnp.where(valid & jnp.isfinite(r), jnp.clip(r, -_MAX_MAGNITUDE, _MAX_MAGNITUDE), 0.0)
   n = jnp.sum(valid.astype(jnp.float32))
-  # Mean as a sum of r / n, so that huge rewards do not overflow the sum.
-  mean = jnp.sum(jnp.where(valid, r / jnp.maximum(n, 1.0), 0.0))
-  d = jnp.where(valid, r - mean, 0.0)
+  low = jnp.min(jnp.where(valid, r, _MAX_MAGNITUDE))
+  shifted = jnp.where(valid, r - low, 0.0)  # >= 0; at most 2e30, still finite
+  scale = jnp.max(shifted)  # 0 exactly when all valid rewards are equal (or n <= 1)
+  safe = jnp.where(scale > 0, scale, 1.0)
+  z = shifted / safe  # in [0, 1]
+  dz = jnp.where(valid, z - _masked_mean(z, valid, n), 0.0)
   if estimator == "drgrpo":
-    adv = d
+    adv = dz * scale
   elif estimator == "rloo":
     # r_i - mean_{j != i} r_j = n / (n - 1) * (r_i - mean); 0 for a lone trajectory.
-    adv = jnp.where(n > 1, d * n / jnp.maximum(n - 1.0, 1.0), 0.0)
+    adv = dz * (scale * n / jnp.maximum(n - 1.0, 1.0))
   else:
-    # (r - mean) / (std + eps) with the population std, computed on d / max|d| so
-    # that squares of huge rewards cannot overflow.
-    scale = jnp.max(jnp.abs(d))
-    safe = jnp.where(scale > 0, scale, 1.0)
-    z = d / safe
-    std_z = jnp.sqrt(_masked_mean(z * z, valid, n))
-    adv = jnp.where(scale > 0, z / (std_z + eps / safe), 0.0)
-  return jnp.where(valid, adv, 0.0).astype(jnp.float32)
+    # (r - mean) / (std + eps), population std: dz / (std(dz) + eps / scale).
+    std_z = jnp.sqrt(_masked_mean(dz * dz, valid, n))
+    adv = dz / (std_z + eps / safe)
+  return jnp.where(valid & (scale > 0), adv, 0.0).astype(jnp.float32)
 
 
 def group_advantages(rewards, valid, *, estimator: str = "grpo", eps: float = 1e-6):
@@ -72,8 +79,9 @@ def group_advantages(rewards, valid, *, estimator: str = "grpo", eps: float = 1e
     eps: added to the standard deviation (`grpo`).
 
   Returns:
-    float32 `[B, G]`; 0 at invalid slots. Rewards are clipped to +-1e30 first (so
-    that every intermediate stays finite in float32); non-finite rewards count as 0.
+    float32 `[B, G]`; 0 at invalid slots, and exactly 0 for every slot of a group
+    whose valid rewards are all equal. Rewards are clipped to +-1e30 first (so that
+    every intermediate stays finite in float32); non-finite rewards count as 0.
   """
   if estimator not in ESTIMATORS:
     raise ValueError(f"estimator={estimator!r}: must be one of {ESTIMATORS}")

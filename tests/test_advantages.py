@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from gagar_jax import advantages as adv
-from gagar_jax import advantages_reference as ref
 from gagar_jax import sharding
+from tests import advantages_reference as ref
 
 SCHEMES = [("linear", {}), ("linear", {"floor": 0.1}), ("exponential", {}), ("reciprocal", {})]
 ESTIMATORS = list(adv.ESTIMATORS)
@@ -21,13 +22,13 @@ ESTIMATORS = list(adv.ESTIMATORS)
 
 @st.composite
 def groups(draw, binary=True):
-  """A batch [B, G]: rewards, passed, ranks (with ties), valid."""
+  """A batch [B, G]: rewards, passed, ranks (with ties), and an arbitrary valid mask."""
   b = draw(st.integers(1, 4))
-  g = draw(st.sampled_from([1, 2, 3, 5, 8]))
+  g = draw(st.sampled_from([1, 2, 3, 5, 6, 8, 12, 16]))
   seed = draw(st.integers(0, 2**31 - 1))
   rng = np.random.default_rng(seed)
   passed = rng.random((b, g)) < draw(st.sampled_from([0.0, 0.3, 0.6, 1.0]))
-  valid = rng.random((b, g)) < draw(st.sampled_from([0.5, 0.9, 1.0]))
+  valid = draw(hnp.arrays(bool, (b, g)))
   rewards = passed.astype(np.float32)
   if not binary:
     rewards = rewards + 0.3 * rng.random((b, g)).astype(np.float32)
@@ -70,6 +71,93 @@ def test_estimators_by_hand():
   np.testing.assert_allclose(
     adv.group_advantages(r, v), [[1.41421, -0.70711, -0.70711, 0]], atol=1e-4
   )
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+@pytest.mark.parametrize("value", [1.0, 0.0, 0.1, -3.7, 1 / 3, 1e20, -1e30])
+def test_equal_rewards_give_exactly_zero(estimator, value):
+  # Regression: 12 valid rewards of 1.0 in 16 slots gave +0.107 each (grpo): the mean's
+  # rounding residue survived in r - mean and the std normalisation turned it into credit.
+  # One row per valid count 1..64, in 64 slots, leading and scattered; padding holds junk.
+  rng = np.random.default_rng(0)
+  valid = np.zeros((128, 64), bool)
+  for n in range(1, 65):
+    valid[n - 1, :n] = True
+    valid[63 + n, rng.permutation(64)[:n]] = True
+  rewards = np.where(valid, value, 7.0).astype(np.float32)
+  a = np.asarray(adv.group_advantages(rewards, valid, estimator=estimator))
+  assert not a.any(), np.flatnonzero(a.any(-1))
+  for n in (1, 3, 6, 12, 24):  # groups with no padding slots at all
+    a = adv.group_advantages(np.full((2, n), value, np.float32), np.ones((2, n), bool))
+    assert not np.asarray(a).any(), n
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+  groups(binary=False),
+  st.sampled_from(ESTIMATORS),
+  st.floats(-10.0, 10.0),
+  st.integers(-64, 64),
+)
+def test_adding_a_constant_changes_nothing(batch, estimator, shift, dyadic):
+  rewards, _, _, valid = batch
+  a = np.asarray(adv.group_advantages(rewards, valid, estimator=estimator))
+  shifted = np.asarray(
+    adv.group_advantages(rewards + np.float32(shift), valid, estimator=estimator)
+  )
+  # r + shift rounds to float32 (ulp(10) ~ 1e-6): relative 1e-5 of the group's scale.
+  np.testing.assert_allclose(shifted, a, rtol=1e-5, atol=1e-5 * max(np.abs(a).max(), 1.0))
+  # Rewards on a 1/64 grid plus a multiple of 1/8: every sum is exact, so is the result.
+  grid = np.round(rewards * 64) / 64
+  exact = np.asarray(adv.group_advantages(grid, valid, estimator=estimator))
+  moved = np.asarray(adv.group_advantages(grid + dyadic / 8, valid, estimator=estimator))
+  np.testing.assert_array_equal(moved, exact)
+
+
+@settings(max_examples=60, deadline=None)
+@given(groups(binary=False), st.floats(0.01, 100.0), st.integers(-20, 20))
+def test_scaling_rewards(batch, c, k):
+  rewards, _, _, valid = batch
+  c = np.float32(c)
+  # eps = 0 so that (r - mean) / std is exactly scale-free (eps is an absolute floor).
+  base = {
+    e: np.asarray(adv.group_advantages(rewards, valid, estimator=e, eps=0.0)) for e in ESTIMATORS
+  }
+  for e, factor in (("grpo", 1.0), ("drgrpo", c), ("rloo", c)):
+    scaled = np.asarray(adv.group_advantages(rewards * c, valid, estimator=e, eps=0.0))
+    want = base[e] * factor
+    np.testing.assert_allclose(scaled, want, rtol=1e-5, atol=1e-5 * max(np.abs(want).max(), 1e-30))
+  # A power of two scales every intermediate exactly.
+  p = np.float32(2.0**k)
+  np.testing.assert_array_equal(
+    adv.group_advantages(rewards * p, valid, estimator="grpo", eps=0.0), base["grpo"]
+  )
+  np.testing.assert_array_equal(
+    adv.group_advantages(rewards * p, valid, estimator="drgrpo"), base["drgrpo"] * p
+  )
+
+
+def test_grpo_default_eps_is_scale_free_for_binary_rewards():
+  rng = np.random.default_rng(0)
+  passed = rng.random((32, 12)) < 0.5
+  valid = rng.random((32, 12)) < 0.8
+  a = np.asarray(adv.group_advantages(passed.astype(np.float32), valid))
+  for c in (0.5, 3.0, 100.0):
+    np.testing.assert_allclose(
+      adv.group_advantages(passed * np.float32(c), valid), a, rtol=1e-5, atol=1e-5
+    )
+
+
+def test_non_finite_rewards_count_as_zero():
+  rewards = np.array([[np.nan, 1.0, np.inf, 0.0], [-np.inf, 0.0, 0.0, 0.0]], np.float32)
+  valid = np.ones((2, 4), bool)
+  for e in ESTIMATORS:
+    a = np.asarray(adv.group_advantages(rewards, valid, estimator=e))
+    b = np.asarray(
+      adv.group_advantages(np.nan_to_num(rewards, nan=0, posinf=0, neginf=0), valid, estimator=e)
+    )
+    np.testing.assert_array_equal(a, b)
+    assert not a[1].any()  # all four count as 0: exactly zero advantage
 
 
 @settings(max_examples=60, deadline=None)
@@ -157,6 +245,8 @@ def test_no_nan_or_inf_on_edge_inputs(estimator, scheme):
     (np.array([[1e30, -1e30, 3e29, 0.0]]), np.ones((1, 4), bool)),  # huge
     (np.array([[1e-30, 0.0, 2e-30, 1e-38]]), np.ones((1, 4), bool)),  # tiny
     (np.array([[3.0e38, -3.0e38, 1.0, 0.0]]), np.ones((1, 4), bool)),  # near float32 max
+    (np.array([[1e30, 1e30, 1e30, 1e30]]), np.ones((1, 4), bool)),  # huge and equal
+    (np.array([[np.inf, -np.inf, np.nan, 1.0]]), np.ones((1, 4), bool)),  # non-finite
   ]
   for rewards, valid in cases:
     passed = rewards > 0

@@ -1,7 +1,7 @@
-"""A plain NumPy reference for `gagar_jax.advantages`, one group at a time.
+"""A plain NumPy reference for `gagar_jax.advantages`, one group at a time: a test oracle.
 
-Written for clarity, not speed (float64, explicit loops); tests check that the
-jitted kernel agrees with it on random inputs.
+Written for clarity, not speed (float64, explicit loops); `test_advantages.py` checks
+that the jitted kernel agrees with it on random inputs.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ def group_advantages(rewards, valid, *, estimator="grpo", eps=1e-6):
   for b in range(rewards.shape[0]):
     r = rewards[b][valid[b]]
     n = len(r)
-    if n == 0:
-      continue
+    if n == 0 or np.all(r == r[0]):
+      continue  # equal rewards carry no signal: exactly 0
     mean = r.mean()
     if estimator == "grpo":
       a = (r - mean) / (r.std() + eps)
