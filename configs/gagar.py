@@ -28,8 +28,10 @@ GRADERS = ("rubric", "lm", "openai")
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   args = common.parse_arg(
-    arg, arm="gagar", size="tiny", seed=0, runlocal=False, demo=False, grader="rubric"
+    arg, arm="gagar", size="", seed=0, runlocal=False, demo=False, grader="rubric"
   )
+  # The model preset: tiny (the committed warm start), nano under runlocal unless given.
+  size = args.size or ("nano" if args.runlocal else "tiny")
   if args.arm not in ARMS:
     raise ValueError(f"arm={args.arm!r}: must be one of {ARMS}")
   if args.grader not in GRADERS:
@@ -49,7 +51,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # Groups (tasks) per step; each holds rollout.group_size trajectories.
   c.num_groups = 8
   # Model shape preset; must match the warm start (vocab_size comes from its tokenizer).
-  c.model = model_sizes.get_config(args.size)
+  c.model = model_sizes.get_config(size)
   c.mesh = common.mesh_config()
   c.sharding_rules = common.sharding_rules()
   c.distributed = common.distributed_config()
@@ -153,5 +155,4 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.eval.every_steps, c.eval.tasks, c.eval.final_tasks, c.eval.group_size = 2, 2, 2, 2
     c.checkpoint_every = 1
     c.suite.n_train, c.suite.n_validation, c.suite.n_test = 48, 8, 8
-    c.model = model_sizes.get_config("nano")
   return c

@@ -45,9 +45,24 @@ class MetricWriter:
         if k not in ("step", "time"):
           self._tb.add_scalar(k, v, int(step))
 
-  def flush(self):
-    if self._tb is not None:
-      self._tb.flush()
+  def rewind(self, step: int) -> None:
+    """Drops the JSONL records after `step`: on resume from a checkpoint at `step`, the
+    steps a killed run logged past it are run again and must not appear twice."""
+    if not self.enabled or not os.path.exists(self.path):
+      return
+    kept = []
+    with open(self.path) as f:
+      for line in f:
+        try:
+          record = json.loads(line)
+        except json.JSONDecodeError:  # a line cut short by the kill
+          continue
+        if record["step"] <= step:
+          kept.append(record)
+    tmp = self.path + ".tmp"
+    with open(tmp, "w") as f:
+      f.writelines(json.dumps(r) + "\n" for r in kept)
+    os.replace(tmp, self.path)
 
   def close(self):
     if self._tb is not None:

@@ -32,6 +32,17 @@ def export(path: str, tok, model_config: transformer.ModelConfig, params) -> Non
   save_file(flat, os.path.join(path, "params.safetensors"))
 
 
+def fingerprint(path: str) -> str:
+  """sha256 of the folder's parameters: tells whether a warm start changed."""
+  import hashlib
+
+  h = hashlib.sha256()
+  with open(os.path.join(path, "params.safetensors"), "rb") as f:
+    for chunk in iter(lambda: f.read(1 << 20), b""):
+      h.update(chunk)
+  return h.hexdigest()
+
+
 def load(path: str, model_overrides=None):
   """(tokenizer, ModelConfig, params `nnx.State` on the host).
 

@@ -202,6 +202,11 @@ class Trainer:
     )
     times["rollout_s"] = time.perf_counter() - start
     submitted = submitted[0]
+    if not groups:
+      # Dynamic sampling kept no group: an update on an all-padding batch would still
+      # move the parameters (AdamW momentum), so there is none; the data position moved.
+      times["step_s"] = time.perf_counter() - start
+      return state, counter[0], {**ro, **times, "skipped": 1.0, "grader_groups": 0.0}
     batch = learner.shard_batch(rollout.to_batch(groups, n, g, t))
     t0 = time.perf_counter()
     old = learner.logprobs(state.params, batch.tokens)  # async: grading overlaps with it
@@ -238,71 +243,114 @@ class Trainer:
     flat = [tr for grp in groups for tr in grp]
     winners = [tr for tr in flat if tr.passed and tr.signals is not None]
     quality = {
-      "episode_tokens": float(np.mean([len(tr.tokens) for tr in flat])) if flat else 0.0,
-      "policy_tokens": float(np.mean([sum(tr.mask) for tr in flat])) if flat else 0.0,
-      "passing_bloated": float(np.mean([w.signals.bloated for w in winners])) if winners else 0.0,
-      "passing_out_of_scope": float(np.mean([w.signals.out_of_scope for w in winners]))
-      if winners
-      else 0.0,
-      "passing_dead_code": float(np.mean([w.signals.dead_code > 0 for w in winners]))
-      if winners
-      else 0.0,
+      "episode_tokens": float(np.mean([len(tr.tokens) for tr in flat])),
+      "policy_tokens": float(np.mean([sum(tr.mask) for tr in flat])),
       "grader_groups": float(submitted),
     }
-    metrics = {**ro, **m, **grade_metrics, **times, **quality}
+    if winners:  # quality of passing solutions; absent (not 0) when nothing passed
+      quality["passing_bloated"] = float(np.mean([w.signals.bloated for w in winners]))
+      quality["passing_out_of_scope"] = float(np.mean([w.signals.out_of_scope for w in winners]))
+      quality["passing_dead_code"] = float(np.mean([w.signals.dead_code > 0 for w in winners]))
+    metrics = {**ro, **m, **grade_metrics, **times, **quality, "skipped": 0.0}
     return state, counter[0], metrics
 
   # -- the loop -------------------------------------------------------------------------
   def run(self) -> dict:
     c = self.config
-    if self.ckpt.latest_step() is not None:
-      state, meta = self.ckpt.restore()
-      print(f"[train] resumed from step {int(state.step)} ({self.workdir})", flush=True)
+    warm_start = policy_io.fingerprint(c.init_from)
+    meta = {"data_position": 0, "skipped_steps": 0, "init_from_sha256": warm_start}
+    step = self.ckpt.latest_step()  # RL steps done (skipped ones included)
+    if step is not None:
+      state, saved = self.ckpt.restore()
+      meta.update(saved)
+      if self.learner_cfg.loss.kl != "off" and meta["init_from_sha256"] != warm_start:
+        raise ConfigError(
+          "init_from",
+          f"{c.init_from!r} is not the warm start this run began from (its parameters "
+          "changed), so it cannot serve as the KL reference; point init_from at the "
+          "original policy or start a new workdir",
+        )
+      self.writer.rewind(step)
+      print(f"[train] resumed from step {step} ({self.workdir})", flush=True)
     else:
-      state, meta = self.learner.init(c.seed, params=self.init_params), {"data_position": 0}
-    self.ref_params = (
-      jax.tree.map(lambda x: x, state.params) if (self.learner_cfg.loss.kl != "off") else None
-    )
-    position = int(meta.get("data_position", 0))
+      state, step = self.learner.init(c.seed, params=self.init_params), 0
+    # The KL reference is the warm start (init_from) for the whole run, resumes included,
+    # in buffers of its own: the update step donates the policy's.
+    self.ref_params = None
+    if self.learner_cfg.loss.kl != "off":
+      self.ref_params = jax.device_put(
+        self.init_params, self.learner.state_shardings.params, may_alias=False
+      )
+    position, skipped = int(meta["data_position"]), int(meta["skipped_steps"])
     curve = list(meta.get("curve", []))
     key = jax.random.key(c.seed)
     start, steps_done = time.time(), 0
-    step = int(state.step)
+
+    def save(force=False):
+      self.ckpt.save(
+        step,
+        state,
+        {
+          "data_position": position,
+          "curve": curve,
+          "skipped_steps": skipped,
+          "init_from_sha256": meta["init_from_sha256"],
+        },
+        force=force,
+      )
+
     if step == 0 and not curve:
       curve.append(self._evaluate(state, 0, key))
     try:
       while step < c.steps:
         step_key = jax.random.fold_in(key, step + 1)
+        self.grader_loop.round = step
         try:
           state, position, m = self.step(state, position, step_key)
         except NonFiniteError as e:
           state = e.state
           raise
-        step = int(state.step)
+        step += 1
         steps_done += 1
+        skipped += int(m["skipped"])
+        m["skipped_steps"], m["data_position"] = float(skipped), float(position)
         self.writer.write(step, m, prefix="train")
         rate = (time.time() - start) / steps_done
-        print(
-          f"[train] step {step}/{c.steps} | pass {m['pass_rate']:.2f} kept "
-          f"{m['groups_kept']}/{c.num_groups} in {m['rounds']} round(s) | loss {m['loss']:+.4f} "
-          f"gn {m['grad_norm']:.3f} | moved {m['adv_abs_moved']:.3f} graded "
-          f"{m.get('grader_ok', 0):.0f}/{m['grader_groups']:.0f} | tokens "
-          f"{m['episode_tokens']:.0f} | {m['step_s']:.1f}s/step, eta "
-          f"{rate * (c.steps - step) / 60:.1f}m",
-          flush=True,
-        )
+        eta = f"{m['step_s']:.1f}s/step, eta {rate * (c.steps - step) / 60:.1f}m"
+        if m["skipped"]:
+          print(
+            f"[train] step {step}/{c.steps} | pass {m['pass_rate']:.2f} kept 0/{c.num_groups} "
+            f"in {m['rounds']} round(s) | skipped: no informative group, no update "
+            f"({skipped} skipped so far) | {eta}",
+            flush=True,
+          )
+        else:
+          print(
+            f"[train] step {step}/{c.steps} | pass {m['pass_rate']:.2f} kept "
+            f"{m['groups_kept']}/{c.num_groups} in {m['rounds']} round(s) | loss "
+            f"{m['loss']:+.4f} gn {m['grad_norm']:.3f} kl {m['kl']:.4f} | moved "
+            f"{m['adv_abs_moved']:.3f} graded {m.get('grader_ok', 0):.0f}/"
+            f"{m['grader_groups']:.0f} | tokens {m['episode_tokens']:.0f} | {eta}",
+            flush=True,
+          )
         if step % c.eval.every_steps == 0 or step == c.steps:
           curve.append(self._evaluate(state, step, key))
-        self.ckpt.save(step, state, {"data_position": position, "curve": curve})
+        save()
     finally:
-      self.ckpt.save(step, state, {"data_position": position, "curve": curve}, force=True)
+      save(force=True)
     final = evaluation.policy_metrics(
       self.eval_engine.run(state.params, self.test_tasks, jax.random.fold_in(key, 10**7))
     )
+    if jax.process_count() == 1:  # the RL'd policy, loadable like init_from
+      policy_io.export(
+        os.path.join(self.workdir, "policy"), self.tok, self.model_config, state.params
+      )
     summary = {
       "arm": c.arm,
       "seed": c.seed,
       "steps": step,
+      "optimizer_steps": int(state.step),
+      "skipped_steps": skipped,
       "final_test": final,
       "curve": curve,
       "wall_minutes": (time.time() - start) / 60,
@@ -353,8 +401,10 @@ def plot_run(records: list[dict], curve: list[dict], path: str) -> None:
   if train:
     steps = [r["step"] for r in train]
     ax[0].plot(steps, [r["train/pass_rate"] for r in train], label="rollout pass rate")
-    ax[2].plot(steps, [r["train/episode_tokens"] for r in train], label="train")
-    ax[3].plot(steps, [r["train/grad_norm"] for r in train])
+    # Skipped steps (no group kept) have no tokens or gradient: gaps in those curves.
+    get = lambda k: [r.get(k, np.nan) for r in train]
+    ax[2].plot(steps, get("train/episode_tokens"), label="train")
+    ax[3].plot(steps, get("train/grad_norm"))
   if curve:
     ax[0].plot([p["step"] for p in curve], [p["pass@1"] for p in curve], "o-", label="eval pass@1")
     ax[1].plot([p["step"] for p in curve], [p["passing_bloated"] for p in curve], "o-")

@@ -4,10 +4,13 @@ And bad configs fail before any compute, naming the field."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+import safetensors.numpy
 
 from configs import gagar as gagar_config
 from configs import sft as sft_config
@@ -16,13 +19,17 @@ from gagar_jax.errors import ConfigError
 from tests.conftest import REPO
 
 
-def _run(script, *args):
+def _env():
   env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS",)}
   env["PYTHONPATH"] = REPO
+  return env
+
+
+def _run(script, *args):
   proc = subprocess.run(
     [sys.executable, os.path.join(REPO, "experiments", script), *args],
     cwd=REPO,
-    env=env,
+    env=_env(),
     capture_output=True,
     text=True,
     timeout=600,
@@ -56,29 +63,104 @@ def _rl_config(root, **overrides):
   return config
 
 
-def test_sft_then_rl_with_resume(warm_start):
+def _run_until(line, script, *args):
+  """Starts `script`, SIGKILLs it as soon as it prints a line starting with `line`."""
+  proc = subprocess.Popen(
+    [sys.executable, os.path.join(REPO, "experiments", script), *args],
+    cwd=REPO,
+    env=_env(),
+    stdout=subprocess.PIPE,
+    stderr=subprocess.DEVNULL,
+    text=True,
+  )
+  seen = []
+  for out in proc.stdout:
+    seen.append(out)
+    if out.startswith(line):
+      proc.kill()
+      break
+  proc.wait(timeout=60)
+  assert proc.returncode == -signal.SIGKILL, "".join(seen)[-2000:]
+
+
+def _policy(path):
+  return safetensors.numpy.load_file(os.path.join(path, "policy", "params.safetensors"))
+
+
+def test_sft_then_rl_with_kl_kill_and_resume(warm_start):
   root = warm_start
   assert os.path.exists(root / "policy" / "params.safetensors")
   assert os.path.exists(root / "sft" / "curve.png")
-  workdir = str(root / "rl")
+  # From the committed tiny warm start (the nano SFT above never passes a test, so
+  # its steps are skipped: dynamic sampling keeps no group).
   common = [
+    "--config=configs/gagar.py:runlocal=True,size=tiny",
+    f"--config.data_dir={root / 'data'}",
+    "--config.init_from=assets/pre_rl",
+    # KL (k3) against the frozen warm start; no warmup, so the first update moves.
+    "--config.learner.loss.kl=k3",
+    "--config.learner.loss.kl_coef=0.04",
+    "--config.learner.optim.warmup_steps=0",
+    "--config.steps=3",
+  ]
+  straight = str(root / "rl_straight")
+  out = _run("train.py", *common, f"--workdir={straight}")
+  assert "[train] step 3/3" in out and "[train] done" in out
+  # Regression: the reference aliased the donated policy buffers ("Buffer has been
+  # deleted or donated" at step 2). KL is 0 at the first update (policy = reference).
+  kl = [
+    r["train/kl"] for r in metrics.read(os.path.join(straight, "metrics.jsonl")) if "train/kl" in r
+  ]
+  assert len(kl) == 3 and abs(kl[0]) < 1e-6 and kl[1] > 0 and kl[2] > 0, kl
+
+  # Killed (SIGKILL) once step 2 is logged; a new process on the same workdir resumes
+  # (from step 1 or 2, wherever the last checkpoint landed) and finishes.
+  workdir = str(root / "rl")
+  _run_until("[train] step 2/3", "train.py", *common, f"--workdir={workdir}")
+  out = _run("train.py", *common, f"--workdir={workdir}")
+  assert "resumed from step" in out and "[train] step 3/3" in out
+  records = [r for r in metrics.read(os.path.join(workdir, "metrics.jsonl")) if "train/loss" in r]
+  assert [r["step"] for r in records] == [1, 2, 3]  # steps run again are logged once
+  # The reference stayed the warm start across the resume: the same parameters.
+  resumed, reference = _policy(workdir), _policy(straight)
+  assert resumed.keys() == reference.keys()
+  for name, value in reference.items():
+    np.testing.assert_allclose(resumed[name], value, rtol=0, atol=1e-6, err_msg=name)
+  warm = safetensors.numpy.load_file(os.path.join(REPO, "assets/pre_rl/params.safetensors"))
+  assert any(np.abs(value - warm[name]).max() > 0 for name, value in reference.items())
+  summary = json.load(open(os.path.join(workdir, "summary.json")))
+  assert "pass@1" in summary["final_test"] and summary["optimizer_steps"] == 3
+  assert os.path.exists(os.path.join(workdir, "curves.png"))
+  assert os.path.exists(os.path.join(workdir, "tensorboard"))
+  assert json.load(open(os.path.join(workdir, "config.json")))["arm"] == "gagar"
+
+
+def test_steps_that_keep_no_group_are_skipped(warm_start):
+  # The nano warm start never passes a test: dynamic sampling keeps no group, so there
+  # must be no update (regression: AdamW ran on an all-padding batch), a count, a
+  # progress line that says so, and a data position that still moves.
+  root = warm_start
+  workdir = str(root / "rl_skip")
+  out = _run(
+    "train.py",
     "--config=configs/gagar.py:runlocal=True",
     f"--workdir={workdir}",
     f"--config.data_dir={root / 'data'}",
     f"--config.init_from={root / 'policy'}",
+    "--config.steps=2",
+  )
+  assert "[train] step 2/2" in out and "skipped: no informative group, no update" in out
+  records = [
+    r for r in metrics.read(os.path.join(workdir, "metrics.jsonl")) if "train/skipped" in r
   ]
-  out = _run("train.py", *common, "--config.steps=2")
-  assert "[train] step 2/2" in out and "[train] done" in out
-  # "Interrupted" after 2 steps: a new process on the same workdir resumes and finishes.
-  out = _run("train.py", *common, "--config.steps=3")
-  assert "resumed from step 2" in out and "[train] step 3/3" in out
-  records = [r for r in metrics.read(os.path.join(workdir, "metrics.jsonl")) if "train/loss" in r]
-  assert [r["step"] for r in records] == [1, 2, 3]
+  assert [r["train/skipped_steps"] for r in records] == [1.0, 2.0]
+  assert [r["train/data_position"] for r in records] == [4.0, 8.0]  # 2 rounds x 2 tasks
+  assert all("train/loss" not in r for r in records)
   summary = json.load(open(os.path.join(workdir, "summary.json")))
-  assert "pass@1" in summary["final_test"]
-  assert os.path.exists(os.path.join(workdir, "curves.png"))
-  assert os.path.exists(os.path.join(workdir, "tensorboard"))
-  assert json.load(open(os.path.join(workdir, "config.json")))["arm"] == "gagar"
+  assert (summary["steps"], summary["optimizer_steps"], summary["skipped_steps"]) == (2, 0, 2)
+  after, before = _policy(workdir), _policy(root)
+  for name, value in before.items():
+    np.testing.assert_array_equal(after[name], value, err_msg=name)
 
 
 @pytest.mark.parametrize(
@@ -164,16 +246,18 @@ def test_grader_sft_then_rl_with_the_lm_grader(warm_start):
   assert summary["demonstrations"] > 0 and "kendall_tau" in summary["held_out"]
   assert os.path.exists(root / "grader_export" / "grader.json")
   workdir = str(root / "rl_lm")
+  # The committed tiny policy passes tests, so groups reach the (nano) LM grader.
   out = _run(
     "train.py",
-    "--config=configs/gagar.py:runlocal=True,grader=lm",
+    "--config=configs/gagar.py:runlocal=True,grader=lm,size=tiny",
     f"--workdir={workdir}",
     f"--config.data_dir={root / 'data'}",
-    f"--config.init_from={root / 'policy'}",
+    "--config.init_from=assets/pre_rl",
     f"--config.grader.lm_path={root / 'grader_export'}",
-    "--config.steps=1",
+    "--config.steps=2",
   )
   assert "[train] done" in out
   records = [r for r in metrics.read(os.path.join(workdir, "metrics.jsonl")) if "train/loss" in r]
-  assert records and "train/grader_submitted" in records[0]
+  assert records and sum(r["train/grader_submitted"] for r in records) > 0
+  assert all(r["train/grader_turns"] > 0 for r in records if r["train/grader_submitted"])
   assert json.load(open(os.path.join(workdir, "config.json")))["grader"]["backend"] == "lm"

@@ -110,6 +110,23 @@ def test_non_finite_step_raises_and_keeps_last_state(mesh1):
     np.testing.assert_array_equal(a, b)
 
 
+def test_batch_without_policy_tokens_changes_nothing(mesh1):
+  # Regression: an all-padding batch (dynamic sampling kept no group) still ran AdamW,
+  # whose momentum from the previous step moved the parameters.
+  learner = helpers.make_learner(mesh1)
+  state = learner.init(0)
+  state, _ = learner.step(state, helpers.with_logprobs(learner, state, helpers.synthetic_batch(0)))
+  before = jax.device_get((state.params, state.opt_state))
+  empty = helpers.synthetic_batch(1)
+  empty = empty._replace(mask=np.zeros_like(empty.mask), valid=np.zeros_like(empty.valid))
+  state, m = learner.step(state, empty)
+  assert (m["updated"], m["tokens"], m["finite"]) == (0.0, 0.0, 1.0)
+  assert int(state.step) == 1
+  after = jax.device_get((state.params, state.opt_state))
+  for a, b in zip(jax.tree.leaves(after), jax.tree.leaves(before), strict=True):
+    np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.parametrize(
   "config,field",
   [

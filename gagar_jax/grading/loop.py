@@ -46,7 +46,9 @@ class GraderLoop:
     self.grader, self.timeout_s, self.root, self.seed = grader, timeout_s, root, seed
     self._slots = threading.Semaphore(workers)
     self._jobs: dict[int, _Job] = {}
-    self._round = 0
+    # Numbers the grading rounds (workspace folders and id shuffles); the trainer sets
+    # it to the RL step so that a resumed run grades exactly like an uninterrupted one.
+    self.round = 0
     self.totals = {"graded": 0, "exceptions": 0, "timeouts": 0, "invalid": 0, "skipped": 0}
 
   def _run(self, job: _Job):
@@ -74,8 +76,8 @@ class GraderLoop:
     if sum(t.passed for t in group) < 2:
       self.totals["skipped"] += 1
       return False
-    root = os.path.join(self.root, f"round{self._round}", f"group{index}")
-    ws = workspace.materialize(group, root, seed=self.seed + 7919 * self._round + index)
+    root = os.path.join(self.root, f"round{self.round}", f"group{index}")
+    ws = workspace.materialize(group, root, seed=self.seed + 7919 * self.round + index)
     job = _Job(index, ws)
     self._jobs[index] = job
     threading.Thread(target=self._run, args=(job,), daemon=True).start()
@@ -119,6 +121,6 @@ class GraderLoop:
       "grader_wait_s": waited,
     }
     self._jobs = {}
-    shutil.rmtree(os.path.join(self.root, f"round{self._round}"), ignore_errors=True)
-    self._round += 1
+    shutil.rmtree(os.path.join(self.root, f"round{self.round}"), ignore_errors=True)
+    self.round += 1
     return ranks, metrics

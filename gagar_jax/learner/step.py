@@ -6,7 +6,8 @@ over the mesh's batch axes along N. One step:
   group advantages (GRPO / Dr. GRPO / RLOO) -> GAGAR redistribution by rank
   -> per-trajectory advantages broadcast to the policy's tokens
   -> PPO-clip loss (+ KL), gradients accumulated over micro-batches
-  -> global-norm clip + AdamW, unless the loss or gradient norm is non-finite.
+  -> global-norm clip + AdamW, unless the loss or gradient norm is non-finite or the
+     batch holds no policy token (then the state is returned unchanged).
 
 Compiled once per run (fixed shapes, explicit in/out shardings, state donated).
 """
@@ -191,11 +192,15 @@ def make_train_step(
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-    # A non-finite step changes nothing; the host raises on `finite == 0`.
-    keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
+    # A non-finite step changes nothing; the host raises on `finite == 0`. Nor does a
+    # batch without policy tokens (all padding): AdamW's momentum would still move
+    # the parameters on zero gradients.
+    has_tokens = jnp.any(mask)
+    apply = finite & has_tokens
+    keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(apply, a, b), new, old)
     rng = jax.random.key_data(jax.random.split(jax.random.wrap_key_data(state.rng))[0])
     new_state = TrainState(
-      state.step + finite.astype(jnp.int32),
+      state.step + apply.astype(jnp.int32),
       keep(params, state.params),
       keep(opt_state, state.opt_state),
       rng,
@@ -206,8 +211,9 @@ def make_train_step(
       loss=loss,
       grad_norm=grad_norm,
       learning_rate=schedule(state.step),
-      tokens=denom.num_tokens,
+      tokens=jnp.sum(mask).astype(jnp.float32),
       finite=finite.astype(jnp.float32),
+      updated=apply.astype(jnp.float32),
     )
     return new_state, metrics
 
