@@ -316,7 +316,7 @@ def bench_grading(rows, repeats):
     groups = engine.run(
       state.params, [minirepo.generate_task(5000 + i) for i in range(n)], jax.random.key(0)
     )
-    tokens = learner.shard_batch(rollout.to_batch(groups, n, g, t)).tokens
+    tokens = learner.shard_batch(Batch.from_rollout(rollout.to_arrays(groups, n, g, t))).tokens
     loop = loop_lib.GraderLoop(rubric.RubricGrader(), workers=2, timeout_s=30, root=tmp)
     gradable = sum(sum(tr.passed for tr in grp) >= 2 for grp in groups)
 

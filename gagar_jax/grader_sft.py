@@ -29,11 +29,24 @@ def agent_config(config) -> agent.AgentConfig:
 
 
 def data_config(config):
+  """The grader-demos dataset config; building it samples the policy (`sample_records`)."""
+  import functools
+
+  from gagar_jax import policy_io
   from gagar_jax.data import builders
 
+  policy_dir = config.grader_data.policy_dir
   return builders.grader_demos_config(
     builders.suite_from_config(config.suite),
-    config.grader_data.policy_dir,
+    policy_dir,
+    policy_io.fingerprint(policy_dir),
+    generate=functools.partial(
+      sample_records,
+      policy_dir,
+      group_size=config.grader_data.group_size,
+      variants=config.grader_data.variants,
+      max_obs_chars=config.agent.max_observation_chars,
+    ),
     n_train_tasks=config.grader_data.n_train_tasks,
     n_validation_tasks=config.grader_data.n_validation_tasks,
     group_size=config.grader_data.group_size,
@@ -41,6 +54,21 @@ def data_config(config):
     max_obs_chars=config.agent.max_observation_chars,
     seed=config.seed,
   )
+
+
+def sample_records(policy_dir, split, tasks, seed, *, group_size, variants, max_obs_chars):
+  """Grader demonstrations of `split`: groups the policy samples on `tasks` (those with two
+  or more passing samples), each materialized and graded by the rubric."""
+  import tempfile
+
+  from gagar_jax import rollout
+
+  groups = rollout.sample_groups(policy_dir, tasks, group_size=group_size, seed=seed)
+  with tempfile.TemporaryDirectory() as tmp:
+    for k, group in enumerate(groups):
+      n = variants if split == "train" else 1
+      for record in demos.group_records(group, seed + k, n, max_obs_chars, tmp):
+        yield {"group_index": k, **record}
 
 
 def run(config, workdir: str, export: str = "") -> dict:

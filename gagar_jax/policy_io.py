@@ -60,10 +60,7 @@ def load(path: str, model_overrides=None):
           f"{model_overrides[key]} does not match the warm start in {path} ({saved[key]})",
         )
   model_config = transformer.ModelConfig.from_dict(saved)
-  graphdef, abstract = nnx.split(
-    nnx.eval_shape(lambda: transformer.Transformer(model_config, rngs=nnx.Rngs(0)))
-  )
-  del graphdef
+  _, abstract = transformer.abstract(model_config)
   arrays = load_file(os.path.join(path, "params.safetensors"))
   flat = []
   for k, var in nnx.to_flat_state(abstract):

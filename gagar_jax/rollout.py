@@ -18,13 +18,13 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import jax
 import numpy as np
 
 from gagar_jax.configlib import check, check_positive_ints
 from gagar_jax.envs import minirepo, quality, tools, transcript
-from gagar_jax.learner.step import Batch
 from gagar_jax.models import sampler as sampler_lib
 
 
@@ -97,14 +97,12 @@ class RolloutEngine:
     tokenizer,
     pool,
     *,
-    evaluate: Callable | None = None,
     mesh=None,
     rules=None,
   ):
     self.config = config
     self.tok = tokenizer
     self.pool = pool
-    self.evaluate = evaluate or (lambda task, files: minirepo.evaluate(task, files, pool))
     self.end_action = tokenizer.token_id(transcript.END_ACTION)
     self.sampler = sampler_lib.Sampler(
       model_config,
@@ -152,7 +150,9 @@ class RolloutEngine:
     def finish(i, how):
       trajs[i].finish = how
       trajs[i].files = episodes[i].files
-      evaluations[i] = self.pool.submit(self.evaluate, episodes[i].task, episodes[i].files)
+      evaluations[i] = self.pool.submit(
+        minirepo.evaluate, episodes[i].task, episodes[i].files, self.pool
+      )
 
     for turn in range(c.max_turns):
       active = np.array([not ep.done for ep in episodes])
@@ -215,7 +215,7 @@ class RolloutEngine:
   ):
     """Dynamic sampling: rounds of `num_groups` fresh tasks until as many informative
     groups are kept (or `max_rounds`). Returns (groups, stats); groups may be fewer
-    than `num_groups` if the rounds ran out (`to_batch` pads with invalid groups).
+    than `num_groups` if the rounds ran out (`to_arrays` pads with invalid groups).
 
     `on_group(slot, group)` is called as soon as a group is kept (at the end of its
     round), e.g. to start grading it while later rounds are still rolling out.
@@ -250,19 +250,29 @@ class RolloutEngine:
     return kept, stats
 
 
-def to_batch(
-  groups: Sequence[Sequence[Trajectory]],
-  num_groups: int,
-  group_size: int,
-  seq_len: int,
-  ranks: np.ndarray | None = None,
-) -> Batch:
-  """Packs groups into the learner's `Batch` `[num_groups, group_size, seq_len]`.
+class Arrays(NamedTuple):
+  """Groups as plain host arrays, right-padded; what the learner packs into its batch.
 
-  Missing groups (dynamic sampling ran out of rounds) are padding (`valid` False).
-  `old_logprobs` holds the sampling log-probs; the trainer may replace them with the
-  learner's recomputation. `ranks` defaults to all zeros (no grading).
+  Attributes:
+    tokens: int32 `[N, G, T]` whole transcripts (prompt, actions, observations).
+    mask: bool `[N, G, T]`, True exactly at tokens the policy sampled.
+    logprobs: float32 `[N, G, T]`, the sampling log-probs at those tokens, 0 elsewhere.
+    rewards: float32 `[N, G]`; passed: bool `[N, G]`; valid: bool `[N, G]` (False at
+      padding slots and at the groups dynamic sampling could not fill).
   """
+
+  tokens: np.ndarray
+  mask: np.ndarray
+  logprobs: np.ndarray
+  rewards: np.ndarray
+  passed: np.ndarray
+  valid: np.ndarray
+
+
+def to_arrays(
+  groups: Sequence[Sequence[Trajectory]], num_groups: int, group_size: int, seq_len: int
+) -> Arrays:
+  """Packs groups into `[num_groups, group_size, seq_len]` arrays (missing groups: padding)."""
   g = group_size
   tokens = np.zeros((num_groups, g, seq_len), np.int32)
   mask = np.zeros((num_groups, g, seq_len), bool)
@@ -277,27 +287,18 @@ def to_batch(
       mask[n, i, :length] = t.mask[:length]
       logps[n, i, :length] = t.logprobs[:length]
       rewards[n, i], passed[n, i], valid[n, i] = t.reward, t.passed, True
-  if ranks is None:
-    ranks = np.zeros((num_groups, g), np.int32)
-  return Batch(
-    tokens, mask, logps, np.zeros_like(logps), rewards, passed, np.asarray(ranks, np.int32), valid
-  )
+  return Arrays(tokens, mask, logps, rewards, passed, valid)
 
 
 def sample_groups(policy_dir: str, tasks, *, group_size: int, seed: int, rollout_overrides=None):
   """Groups an exported policy samples on `tasks` (temperature 1), keeping those with at
   least two passing samples (gradable): grader demonstrations and agreement sets."""
-  import jax
-  from flax import nnx
-
   from gagar_jax import policy_io
   from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
   from gagar_jax.models import transformer
 
   tok, model_config, params = policy_io.load(policy_dir)
-  graphdef, _ = nnx.split(
-    nnx.eval_shape(lambda: transformer.Transformer(model_config, rngs=nnx.Rngs(0)))
-  )
+  graphdef, _ = transformer.abstract(model_config)
   cfg = RolloutConfig(group_size=group_size, **(rollout_overrides or {}))
   params = jax.device_put(params)
   kept, start = [], time.time()

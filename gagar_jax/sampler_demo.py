@@ -84,7 +84,7 @@ def run(config, workdir: str) -> dict:
     f"{dict(mesh.shape)}",
     flush=True,
   )
-  graphdef, params = sharding.init_model(model_cfg, mesh, config.sharding_rules, config.seed)
+  graphdef, params = transformer.init_sharded(model_cfg, mesh, config.sharding_rules, config.seed)
   sampler = sampler_lib.Sampler(
     model_cfg, graphdef, cache_size=config.cache_size, pad_id=tok.pad_id
   )

@@ -1,13 +1,14 @@
 """Device mesh, logical-axis rules and `NamedSharding`s: the one place that knows them.
 
 The mesh has axes `('data', 'fsdp', 'tensor')`. Parameters carry logical axis
-names (`transformer.LOGICAL_AXES`); rules from the config map each logical
+names (`LOGICAL_AXES`); rules from the config map each logical
 name to a mesh axis, a tuple of mesh axes, or None (replicated). Batches are
 sharded along the logical `batch` axis (by default over `data` and `fsdp`).
 
-A model is initialised straight into its sharded layout: `eval_shape` gives
-the abstract state, the rules give its shardings, and a jitted init with those
-`out_shardings` materialises each shard only on its own device.
+A model is initialised straight into its sharded layout
+(`transformer.init_sharded`): `eval_shape` gives the abstract state, the rules
+here give its shardings, and a jitted init with those `out_shardings`
+materialises each shard only on its own device.
 """
 
 from __future__ import annotations
@@ -24,9 +25,12 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from gagar_jax.errors import ConfigError
-from gagar_jax.models import transformer
 
 MESH_AXES = ("data", "fsdp", "tensor")
+
+# The logical axis names parameters carry (`logical_axes` metadata, see
+# models/transformer.py); `batch` is the batch axis of activations and rollouts.
+LOGICAL_AXES = ("vocab", "embed", "heads", "kv_heads", "head_dim", "mlp", "norm")
 
 # Logical axis -> mesh axis (or axes, or None). FSDP shards the embedding dimension
 # of every weight; tensor parallelism shards heads, MLP width and the vocabulary.
@@ -99,7 +103,7 @@ def make_mesh(
 def validate_rules(rules, prefix: str = "sharding_rules") -> dict[str, Any]:
   """Checks rule names and targets; returns them as a dict."""
   out = {}
-  known = set(transformer.LOGICAL_AXES) | {"batch"}
+  known = set(LOGICAL_AXES) | {"batch"}
   for i, pair in enumerate(rules):
     if len(pair) != 2:
       raise ConfigError(f"{prefix}[{i}]", f"expected (logical_axis, mesh_axes), got {pair!r}")
@@ -200,22 +204,6 @@ def shard_local_batch(tree, mesh: Mesh, rules=None):
     return jax.make_array_from_process_local_data(sharding, x, global_shape)
 
   return jax.tree.map(put, tree)
-
-
-def init_model(config: transformer.ModelConfig, mesh: Mesh, rules=None, seed: int = 0):
-  """Initialises a `Transformer` straight into its sharded layout.
-
-  Returns:
-    (graphdef, params): `params` is an `nnx.State` of sharded `jax.Array`s.
-  """
-
-  def build():
-    return transformer.Transformer(config, rngs=nnx.Rngs(seed))
-
-  graphdef, abstract = nnx.split(nnx.eval_shape(build))
-  shardings = param_shardings(abstract, mesh, rules)
-  params = jax.jit(lambda: nnx.state(build()), out_shardings=shardings)()
-  return graphdef, params
 
 
 @dataclasses.dataclass(frozen=True)

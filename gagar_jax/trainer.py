@@ -27,7 +27,7 @@ from gagar_jax.errors import ConfigError
 from gagar_jax.learner.checkpoint import Checkpointer
 from gagar_jax.learner.config import LearnerConfig
 from gagar_jax.learner.learner import Learner
-from gagar_jax.learner.step import NonFiniteError
+from gagar_jax.learner.step import Batch, NonFiniteError
 
 ARMS = ("grpo", "gagar", "gagar_no_rescale", "reward_shaping")
 GRADER_BACKENDS = ("rubric", "lm", "openai")
@@ -207,7 +207,8 @@ class Trainer:
       # move the parameters (AdamW momentum), so there is none; the data position moved.
       times["step_s"] = time.perf_counter() - start
       return state, counter[0], {**ro, **times, "skipped": 1.0, "grader_groups": 0.0}
-    batch = learner.shard_batch(rollout.to_batch(groups, n, g, t))
+    host = rollout.to_arrays(groups, n, g, t)
+    batch = learner.shard_batch(Batch.from_rollout(host))
     t0 = time.perf_counter()
     old = learner.logprobs(state.params, batch.tokens)  # async: grading overlaps with it
     ref = old
@@ -224,7 +225,6 @@ class Trainer:
           grade_metrics[f"grader_{k}"] = float(after[k] - before[k])
     jax.block_until_ready((old, ref))
     times["logprob_and_grading_s"] = time.perf_counter() - t0
-    host = rollout.to_batch(groups, n, g, t, ranks=ranks)
     rewards = host.rewards
     if c.arm == "reward_shaping":
       rewards = shaped_rewards(host.passed, ranks, c.grader.shaping_coef)

@@ -60,7 +60,7 @@ def train(mesh, process_id, out_dir):
 
 def forward(mesh, process_id):
   config = transformer.ModelConfig.from_dict(model_sizes.get_config("nano"))
-  graphdef, params = sharding.init_model(config, mesh, seed=3)
+  graphdef, params = transformer.init_sharded(config, mesh, seed=3)
   tokens = np.random.default_rng(0).integers(0, config.vocab_size, (4, 12), np.int32)
   batch = sharding.shard_batch(tokens, mesh)
   logits = jax.jit(lambda p, t: nnx.merge(graphdef, p)(t))(params, batch)

@@ -62,9 +62,9 @@ def test_rollout_masks_and_logprobs_match_learner(setup, pool):
       for a, b in zip(starts, stops, strict=True):
         assert t.tokens[b] in (end, tok.eos_id) or b - a + 1 == cfg.max_action_tokens
       assert all(x == 0 for x, m in zip(t.logprobs, t.mask, strict=True) if not m)
-  batch = rollout.to_batch(groups, 2, 3, cfg.max_episode_tokens)
+  batch = rollout.to_arrays(groups, 2, 3, cfg.max_episode_tokens)
   recomputed = np.asarray(learner.logprobs(state.params, batch.tokens))
-  diff = np.abs(np.where(batch.mask, recomputed - batch.old_logprobs, 0.0)).max()
+  diff = np.abs(np.where(batch.mask, recomputed - batch.logprobs, 0.0)).max()
   assert diff < 1e-4, diff
   assert batch.mask.sum() == sum(sum(t.mask) for g in groups for t in g)
 
@@ -117,5 +117,5 @@ def test_dynamic_sampling_keeps_informative_groups(setup, pool):
     None, lambda: minirepo.generate_task(next(odd)), 4, jax.random.key(0)
   )
   assert stats["groups_kept"] == 0 and stats["fill_ratio"] == 0.0
-  batch = rollout.to_batch(groups, 4, 2, 16)
+  batch = rollout.to_arrays(groups, 4, 2, 16)
   assert not batch.valid.any()

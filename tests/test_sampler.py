@@ -165,9 +165,10 @@ def test_bad_sampling_params_name_field(kwargs, field):
 def test_sharded_sampler_equals_single_device(devices8, nano_config):
   # Params over fsdp x tensor, rows over data x fsdp: same tokens as on one device.
   from gagar_jax import sharding
+  from gagar_jax.models import transformer
 
   mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
-  graphdef, params = sharding.init_model(nano_config, mesh, seed=1)
+  graphdef, params = transformer.init_sharded(nano_config, mesh, seed=1)
   sharded = sampler_lib.Sampler(nano_config, graphdef, cache_size=64, pad_id=0, mesh=mesh)
   sampling = sampler_lib.SamplingParams(max_new_tokens=12, temperature=0.0)
   state, out = _generate(sharded, params, PROMPTS, jax.random.key(0), sampling)

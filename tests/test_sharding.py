@@ -60,7 +60,7 @@ def test_bad_rules_name_field(rules, match):
 def test_indivisible_parameter_names_field(devices8, nano_config):
   mesh = sharding.make_mesh({"data": 1, "fsdp": 1, "tensor": 8})
   with pytest.raises(ConfigError, match=r"mesh.tensor: parameter .*'kv_heads' of size 2"):
-    sharding.init_model(nano_config, mesh)
+    transformer.init_sharded(nano_config, mesh)
 
 
 def test_indivisible_batch_names_field(devices8):
@@ -72,7 +72,7 @@ def test_indivisible_batch_names_field(devices8):
 def test_sharded_forward_equals_single_device(devices8, nano_config):
   # Parameters over fsdp x tensor, the batch over data: same logits as one device.
   mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
-  graphdef, params = sharding.init_model(nano_config, mesh, seed=4)
+  graphdef, params = transformer.init_sharded(nano_config, mesh, seed=4)
   q = params["layers"][0]["attn"]["q_proj"].get_value()
   assert q.sharding.spec == P("fsdp", "tensor", None)
   assert len(q.addressable_shards) == 8 and q.addressable_shards[0].data.shape == (16, 2, 8)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import tensorflow_datasets as tfds
@@ -218,7 +219,11 @@ class Humaneval(tfds.core.GeneratorBasedBuilder):
 
 @dataclasses.dataclass
 class GraderDemosConfig(tfds.core.BuilderConfig):
-  """Rubric-graded groups sampled by a policy, as grader demonstrations (grading/demos.py)."""
+  """Rubric-graded groups sampled by a policy, as grader demonstrations (grading/demos.py).
+
+  The data layer does not run policies: `generate(split, tasks, seed)` yields the
+  records, and the program that samples (`grader_sft.py`) supplies it.
+  """
 
   suite: MiniRepoConfig = dataclasses.field(default_factory=minirepo_config)
   policy_dir: str = "assets/pre_rl"
@@ -228,23 +233,19 @@ class GraderDemosConfig(tfds.core.BuilderConfig):
   variants: int = 4  # the full group + random passing subsets (train split only)
   max_obs_chars: int = 600
   seed: int = 0
+  generate: Callable[[str, list, int], Iterable[dict]] | None = None
 
   def sizes(self) -> dict[str, int]:
     return {"train": self.n_train_tasks, "validation": self.n_validation_tasks}
 
 
-def grader_demos_config(suite: MiniRepoConfig, policy_dir: str, **kwargs) -> GraderDemosConfig:
-  """A config named by its fields and by a digest of the policy's parameters."""
-  import hashlib
-  import os
-
-  digest = hashlib.sha256()
-  with open(os.path.join(policy_dir, "params.safetensors"), "rb") as f:
-    for block in iter(lambda: f.read(1 << 20), b""):
-      digest.update(block)
+def grader_demos_config(
+  suite: MiniRepoConfig, policy_dir: str, policy_digest: str, **kwargs
+) -> GraderDemosConfig:
+  """A config named by its fields and by `policy_digest` (of the policy's parameters)."""
   cfg = GraderDemosConfig(name="tmp", suite=suite, policy_dir=policy_dir, **kwargs)
   name = (
-    f"{suite.name}__p{digest.hexdigest()[:10]}_t{cfg.n_train_tasks}-{cfg.n_validation_tasks}"
+    f"{suite.name}__p{policy_digest[:10]}_t{cfg.n_train_tasks}-{cfg.n_validation_tasks}"
     f"_g{cfg.group_size}_v{cfg.variants}_o{cfg.max_obs_chars}_s{cfg.seed}"
   )
   return dataclasses.replace(cfg, name=name)
@@ -282,19 +283,18 @@ class MinirepoGraderDemos(tfds.core.GeneratorBasedBuilder):
     return {s: self._generate_examples(s, n) for s, n in self.builder_config.sizes().items()}
 
   def _generate_examples(self, split, n):
-    import tempfile
-
-    from gagar_jax import rollout
-    from gagar_jax.grading import demos
-
     cfg = self.builder_config
+    if cfg.generate is None:
+      raise RuntimeError(
+        f"{self.name}/{cfg.name} is not built yet and its config has no `generate`: the "
+        "program that samples the policy builds it (experiments/sft.py "
+        "--config=configs/grader_sft.py)"
+      )
     tasks = [
       minirepo.generate_task(SPLIT_SEED_BASE[split] + i, **cfg.suite.difficulty) for i in range(n)
     ]
-    seed = cfg.seed + SPLIT_SEED_BASE[split]
-    groups = rollout.sample_groups(cfg.policy_dir, tasks, group_size=cfg.group_size, seed=seed)
-    variants = cfg.variants if split == "train" else 1
-    with tempfile.TemporaryDirectory() as tmp:
-      for k, group in enumerate(groups):
-        for record in demos.group_records(group, seed + k, variants, cfg.max_obs_chars, tmp):
-          yield f"{k}-{record['variant']}", record
+    for record in cfg.generate(split, tasks, cfg.seed + SPLIT_SEED_BASE[split]):
+      yield (
+        f"{record['group_index']}-{record['variant']}",
+        {k: v for k, v in record.items() if k != "group_index"},
+      )

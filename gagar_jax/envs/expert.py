@@ -52,12 +52,9 @@ class Demonstration:
 
 
 def _return_line(source: str, func: str) -> str | None:
-  for node in pyast.parse(source).body:
-    if isinstance(node, ast.FunctionDef) and node.name == func:
-      rets = [n for n in node.body if isinstance(n, ast.Return)]
-      if rets:
-        return source.splitlines()[rets[-1].lineno - 1].strip()
-  return None
+  node = pyast.find_function(source, func)
+  rets = [n for n in node.body if isinstance(n, ast.Return)] if node else []
+  return source.splitlines()[rets[-1].lineno - 1].strip() if rets else None
 
 
 class Expert:
@@ -71,17 +68,11 @@ class Expert:
     if bug.kind == "missing_case":
       # The guard the reference has and the buggy function lacks, as one line at the top
       # of the body (same behaviour: the guard only returns early).
-      def fn_of(source):
-        return next(
-          n
-          for n in pyast.parse(source).body
-          if isinstance(n, ast.FunctionDef) and n.name == bug.function
-        )
-
-      have = {ast.dump(n) for n in fn_of(task.files[bug.path]).body}
+      buggy = pyast.find_function(task.files[bug.path], bug.function)
+      have = {ast.dump(n) for n in buggy.body}
       guard = next(
         n
-        for n in fn_of(task.reference_files[bug.path]).body
+        for n in pyast.find_function(task.reference_files[bug.path], bug.function).body
         if isinstance(n, ast.If) and ast.dump(n) not in have
       )
       return [f"insert {bug.function}: if {ast.unparse(guard.test)}: {ast.unparse(guard.body[0])}"]

@@ -73,21 +73,13 @@ def _changed_lines(old: str, new: str) -> tuple[int, set[int]]:
 
 
 def function_dumps(source: str) -> dict[str, str]:
-  try:
-    tree = pyast.parse(source)
-  except SyntaxError:
-    return {}
-  return {n.name: ast.dump(n) for n in tree.body if isinstance(n, ast.FunctionDef)}
+  """Top-level functions of `source` as AST dumps (equal iff the code is the same)."""
+  return {name: ast.dump(node) for name, node in pyast.functions(source).items()}
 
 
 def _function_lines(source: str, name: str) -> set[int]:
-  try:
-    for node in pyast.parse(source).body:
-      if isinstance(node, ast.FunctionDef) and node.name == name:
-        return set(range(node.lineno - 1, node.end_lineno))
-  except SyntaxError:
-    pass
-  return set()
+  node = pyast.find_function(source, name)
+  return set() if node is None else set(range(node.lineno - 1, node.end_lineno))
 
 
 def dead_statements(source: str) -> int:
@@ -147,22 +139,7 @@ def signals(
       out_files += 1
     before, after = function_dumps(original), function_dumps(new)
     out_fns += sum(1 for name in before if name != bug_fn and after.get(name, "") != before[name])
-  views = tests = 0
-  seen = set(task.files) if show_files else set()
-  edited_since_test = True
-  for turn in turns:
-    if turn.kind == "view":
-      path = turn.action.split(maxsplit=1)[1] if " " in turn.action else ""
-      if path in seen:
-        views += 1
-      seen.add(path)
-    elif turn.kind == "test":
-      if not edited_since_test:
-        tests += 1
-      edited_since_test = False
-    if turn.changed:
-      edited_since_test = True
-      seen = set()
+  actions = action_counts(turns, set(task.files) if show_files else set())
   return QualitySignals(
     diff_lines=diff,
     excess_diff_lines=max(0, diff - ref_diff),
@@ -170,9 +147,47 @@ def signals(
     out_of_scope_functions=out_fns,
     out_of_scope_files=out_files,
     dead_code=dead,
-    redundant_views=views,
-    redundant_tests=tests,
-    invalid_actions=sum(1 for t in turns if t.kind == "error"),
-    tested=any(t.kind == "test" for t in turns),
+    redundant_views=actions.redundant_views,
+    redundant_tests=actions.redundant_tests,
+    invalid_actions=actions.invalid,
+    tested=actions.tested,
     turns=len(turns),
   )
+
+
+@dataclasses.dataclass(frozen=True)
+class ActionCounts:
+  redundant_views: int
+  redundant_tests: int
+  invalid: int
+  tested: bool
+
+
+def action_counts(turns, seen: set[str]) -> ActionCounts:
+  """The transcript rules shared by the signals and the rubric grader.
+
+  `turns`: objects with `kind` (the action kind, or "error"), `action` and `changed`
+  (`tools.Turn`, or a turn read back from a workspace transcript). `seen`: the paths
+  whose content the agent already has (every file when the prompt showed them).
+  A view of a seen path is redundant; so is a test with no edit since the last one;
+  an edit makes every file unseen again.
+  """
+  views = tests = invalid = 0
+  tested, seen, edited_since_test = False, set(seen), True
+  for turn in turns:
+    if turn.kind == "error":
+      invalid += 1
+    elif turn.kind == "view":
+      path = turn.action.split(maxsplit=1)[1] if " " in turn.action else ""
+      if path in seen:
+        views += 1
+      seen.add(path)
+    elif turn.kind == "test":
+      tested = True
+      if not edited_since_test:
+        tests += 1
+      edited_since_test = False
+    if turn.changed:
+      edited_since_test = True
+      seen = set()
+  return ActionCounts(views, tests, invalid, tested)

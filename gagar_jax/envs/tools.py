@@ -18,7 +18,6 @@ is spent (the files as they are count as submitted).
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import re
 
@@ -81,13 +80,11 @@ def number_lines(source: str) -> str:
 def _function_span(source: str, func: str) -> tuple[int, int] | None:
   """0-based [start, end) line range of top-level function `func` (def line included)."""
   try:
-    tree = pyast.parse(source)
+    pyast.parse(source)
   except SyntaxError:
     return _function_span_text(source, func)
-  for node in tree.body:
-    if isinstance(node, ast.FunctionDef) and node.name == func:
-      return node.lineno - 1, node.end_lineno
-  return None
+  node = pyast.find_function(source, func)
+  return None if node is None else (node.lineno - 1, node.end_lineno)
 
 
 def _function_span_text(source: str, func: str):
@@ -152,17 +149,14 @@ class Episode:
       raise ActionError(f"no file {path}")
     return path
 
-  def step(self, text: str, run_tests=None) -> str:
-    """Applies one action; returns the observation ("" after submit).
-
-    `run_tests(files, tests)` may be given to run the visible tests elsewhere (the
-    rollout batches them); by default they run in the sandbox here.
-    """
+  def step(self, text: str) -> str:
+    """Applies one action; returns the observation ("" after submit). `test` runs the
+    visible tests in the sandbox pool."""
     if self.done:
       raise RuntimeError("episode is over")
     try:
       action = parse_action(text)
-      obs, changed = self._apply(action, run_tests)
+      obs, changed = self._apply(action)
       kind = action.kind
     except ActionError as e:
       obs, changed, kind = f"error: {e}. {HELP}", False, "error"
@@ -171,12 +165,11 @@ class Episode:
       self.done = True
     return obs
 
-  def _apply(self, a: Action, run_tests) -> tuple[str, bool]:
+  def _apply(self, a: Action) -> tuple[str, bool]:
     if a.kind == "submit":
       return "", False
     if a.kind == "test":
-      runner = run_tests or (lambda f, t: minirepo.run_tests(f, t, self.pool))
-      return summarize(runner(self.files, self.task.visible_tests)), False
+      return summarize(minirepo.run_tests(self.files, self.task.visible_tests, self.pool)), False
     if a.kind == "view":
       return number_lines(self.files[self._path(a.path)]), False
     if a.kind == "replace":

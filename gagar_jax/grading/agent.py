@@ -42,8 +42,8 @@ import time
 from typing import Protocol
 
 from gagar_jax.configlib import check, check_positive_ints
+from gagar_jax.grading import workspace as workspace_lib
 from gagar_jax.grading.protocol import InvalidRanking, Ranking
-from gagar_jax.grading.rubric import RubricGrader
 
 SYSTEM = """You grade candidate fixes of one bug report. Several agents worked on copies
 of the same small Python package; some candidates pass the hidden tests, some fail.
@@ -270,7 +270,7 @@ class WorkspaceTools:
             parts.append(f"{path}\n{d}")
         return "\n".join(parts) or "no changes"
       if name == "log":
-        turns = RubricGrader._transcript_actions(self._read("candidates", cid, "transcript.txt"))
+        turns = workspace_lib.read_transcript(self._read("candidates", cid, "transcript.txt"))
         return "\n".join(_summarize_turn(a, o) for a, o in turns) or "no actions"
       if name == "read":
         base = ("original",) if cid == "original" else ("candidates", cid, "files")

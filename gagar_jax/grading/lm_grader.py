@@ -19,7 +19,6 @@ import json
 import threading
 
 import jax
-from flax import nnx
 
 from gagar_jax.envs import transcript
 from gagar_jax.grading import agent
@@ -123,9 +122,7 @@ class LocalChatModel:
     self.tok, self.model_config = tok, model_config
     self.context = min(context, model_config.max_seq_len)
     self.max_obs_tokens = max_obs_tokens
-    graphdef, _ = nnx.split(
-      nnx.eval_shape(lambda: transformer.Transformer(model_config, rngs=nnx.Rngs(0)))
-    )
+    graphdef, _ = transformer.abstract(model_config)
     self.params = jax.device_put(params)
     self.sampler = sampler_lib.Sampler(
       model_config, graphdef, cache_size=self.context, pad_id=tok.pad_id

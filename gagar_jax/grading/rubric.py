@@ -4,15 +4,15 @@ It works only from what is on disk (`workspace.py`): it reads the issue to find
 the function in scope, lists the candidates and their status, parses each
 passing candidate's files against the original by AST (changed functions,
 added dead statements), sizes its diff, reads its transcript for redundant and
-invalid actions, re-runs the visible examples from the issue in the sandbox for
-candidates that never ran the tests, and then ranks the passing candidates
-jointly (0 = best, ties share a rank) with a short rationale.
+invalid actions (the rules of `quality.action_counts`), and then ranks the passing
+candidates jointly (0 = best, ties share a rank) with a short rationale. (It does
+not re-run the issue's example: every candidate it ranks passed the hidden tests,
+which include that example.)
 
 Penalty per candidate (lower is better):
   3 x functions changed outside the faulty one  + 2 x dead statements added
   + 1 x diff lines beyond the group's smallest passing diff
   + 0.5 x redundant actions + 0.5 x invalid actions + 0.25 if it never ran the tests
-  + 5 if the issue's example fails when the grader re-runs it
   + 1 if its replace actions retyped much more than the group's most economical fix
     (more than twice the characters, plus 4)
 """
@@ -22,8 +22,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from typing import NamedTuple
 
 from gagar_jax.envs import quality
+from gagar_jax.grading import workspace as workspace_lib
 from gagar_jax.grading.protocol import Ranking
 
 _CALL = re.compile(r"^([A-Za-z_]\w*)\(")
@@ -38,18 +40,22 @@ class CandidateReport:
   redundant_actions: int = 0
   invalid_actions: int = 0
   tested: bool = True
-  rerun_ok: bool = True
   edit_chars: int = 0  # characters retyped by replace actions (old spans)
   penalty: float = 0.0
 
 
+class _Turn(NamedTuple):
+  """A transcript turn read back from disk, as `quality.action_counts` reads turns."""
+
+  action: str
+  kind: str
+  changed: bool
+
+
 class RubricGrader:
-  """`rank(workspace) -> Ranking`. Optionally re-runs tests through `run_tests`."""
+  """`rank(workspace) -> Ranking`, from the workspace on disk alone."""
 
   name = "rubric"
-
-  def __init__(self, run_tests=None):
-    self.run_tests = run_tests  # callable(files) -> bool, e.g. the issue's example in a sandbox
 
   # -- tools over the workspace (read-only) ------------------------------------------
   @staticmethod
@@ -72,41 +78,16 @@ class RubricGrader:
     )
 
   @staticmethod
-  def _transcript_actions(text: str) -> list[tuple[str, str]]:
-    """[(action, observation)] from the transcript file."""
-    turns, action, obs = [], None, []
-    for line in text.splitlines():
-      if line.startswith("> "):
-        if action is not None:
-          turns.append((action, "\n".join(obs)))
-        action, obs = line[2:], []
-      else:
-        obs.append(line)
-    if action is not None:
-      turns.append((action, "\n".join(obs)))
-    return turns
-
-  def _redundancy(self, turns) -> tuple[int, int, bool]:
-    redundant = invalid = 0
-    tested = False
-    changed_since_test, seen = True, {"*"}  # the prompt showed every file
-    for action, obs in turns:
-      kind = action.split(maxsplit=1)[0] if action else ""
-      if obs.startswith("error:"):
-        invalid += 1
-        continue
-      if kind == "view":
-        if "*" in seen or action in seen:
-          redundant += 1
-        seen.add(action)
-      elif kind == "test":
-        tested = True
-        if not changed_since_test:
-          redundant += 1
-        changed_since_test = False
-      elif obs.startswith("ok:"):
-        changed_since_test, seen = True, set()
-    return redundant, invalid, tested
+  def _redundancy(turns, paths) -> tuple[int, int, bool]:
+    """(redundant actions, invalid actions, tested), by `quality.action_counts`' rules;
+    the prompt showed every file (`paths`), so a view before any edit is redundant."""
+    read = [
+      _Turn(a, "error" if o.startswith("error:") else a.split(maxsplit=1)[0], o.startswith("ok:"))
+      for a, o in turns
+      if a
+    ]
+    counts = quality.action_counts(read, set(paths))
+    return counts.redundant_views + counts.redundant_tests, counts.invalid, counts.tested
 
   # -- grading ------------------------------------------------------------------------
   def inspect(self, workspace) -> list[CandidateReport]:
@@ -133,16 +114,13 @@ class RubricGrader:
           0, quality.dead_statements(src) - quality.dead_statements(original.get(path, ""))
         )
       r.diff_lines = self._diff_lines(self._read(os.path.join(cdir, "diff.patch")))
-      turns = self._transcript_actions(self._read(os.path.join(cdir, "transcript.txt")))
-      r.redundant_actions, r.invalid_actions, r.tested = self._redundancy(turns)
+      turns = workspace_lib.read_transcript(self._read(os.path.join(cdir, "transcript.txt")))
+      r.redundant_actions, r.invalid_actions, r.tested = self._redundancy(turns, original)
       r.edit_chars = sum(
         len(a.split(": ", 1)[1].split(" => ", 1)[0])
         for a, o in turns
         if a.startswith("replace ") and o.startswith("ok:") and " => " in a
       )
-      if not r.tested and self.run_tests is not None:
-        # The candidate never verified its change: re-run the issue's example on it.
-        r.rerun_ok = bool(self.run_tests(files))
       reports.append(r)
     smallest = min((r.diff_lines for r in reports), default=0)
     least_typed = min((r.edit_chars for r in reports), default=0)
@@ -154,7 +132,6 @@ class RubricGrader:
         + 0.5 * r.redundant_actions
         + 0.5 * r.invalid_actions
         + (0.25 if not r.tested else 0.0)
-        + (5.0 if not r.rerun_ok else 0.0)
         + (1.0 if r.edit_chars > 2 * least_typed + 4 else 0.0)
       )
     return reports

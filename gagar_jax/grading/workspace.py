@@ -75,6 +75,21 @@ def transcript_text(turns) -> str:
   return "".join(f"> {t.action}\n{t.observation}\n" for t in turns)
 
 
+def read_transcript(text: str) -> list[tuple[str, str]]:
+  """[(action, observation)] back from `transcript_text`."""
+  turns, action, obs = [], None, []
+  for line in text.splitlines():
+    if line.startswith("> "):
+      if action is not None:
+        turns.append((action, "\n".join(obs)))
+      action, obs = line[2:], []
+    else:
+      obs.append(line)
+  if action is not None:
+    turns.append((action, "\n".join(obs)))
+  return turns
+
+
 def materialize(group, root: str, seed: int) -> Workspace:
   """Writes a group of trajectories (same task) into `root` (replaced if present)."""
   if os.path.exists(root):

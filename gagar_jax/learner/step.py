@@ -53,6 +53,26 @@ class Batch(NamedTuple):
   ranks: jax.Array
   valid: jax.Array
 
+  @classmethod
+  def from_rollout(cls, arrays, ranks=None) -> Batch:
+    """Packs a rollout's host arrays (`tokens`, `mask`, `logprobs`, `rewards`, `passed`,
+    `valid`; e.g. `rollout.to_arrays`). `old_logprobs` are the sampling log-probs (the
+    trainer replaces them with the learner's recomputation), `ref_logprobs` zeros and
+    `ranks` zeros unless given (no grading)."""
+    n, g = np.shape(arrays.rewards)
+    ranks = np.zeros((n, g), np.int32) if ranks is None else np.asarray(ranks, np.int32)
+    logprobs = np.asarray(arrays.logprobs, np.float32)
+    return cls(
+      arrays.tokens,
+      arrays.mask,
+      logprobs,
+      np.zeros_like(logprobs),
+      arrays.rewards,
+      arrays.passed,
+      ranks,
+      arrays.valid,
+    )
+
 
 def compute_advantages(batch: Batch, cfg: AdvantageConfig):
   """Group advantages, then redistribution; returns (A' `[N, G]`, metrics)."""

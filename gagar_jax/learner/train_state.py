@@ -85,9 +85,7 @@ def state_shardings(
   rules=None,
 ):
   """(graphdef, abstract TrainState, TrainState of NamedShardings)."""
-  graphdef, abstract_params = nnx.split(
-    nnx.eval_shape(lambda: transformer.Transformer(model_config, rngs=nnx.Rngs(0)))
-  )
+  graphdef, abstract_params = transformer.abstract(model_config)
   param_sh = sharding.param_shardings(abstract_params, mesh, rules)
   abstract_params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), abstract_params)
   abstract_opt = jax.eval_shape(optimizer.init, abstract_params)
@@ -119,7 +117,7 @@ def init_train_state(
 
   def init(params):
     if params is None:
-      params = nnx.state(transformer.Transformer(model_config, rngs=nnx.Rngs(seed)))
+      params = nnx.state(transformer.create(model_config, seed))
     rng = jax.random.key_data(jax.random.key(seed))
     return TrainState(jnp.zeros((), jnp.int32), params, optimizer.init(params), rng)
 

@@ -189,8 +189,7 @@ def load(
   """
   with open(os.path.join(path, "config.json")) as f:
     config = config_from_hf(json.load(f), dtype=dtype, param_dtype=param_dtype)
-  abstract = nnx.eval_shape(lambda: transformer.Transformer(config, rngs=nnx.Rngs(0)))
-  graphdef, state = nnx.split(abstract)
+  graphdef, state = transformer.abstract(config)
   shardings = None
   if mesh is not None:
     from gagar_jax import sharding as sharding_lib

@@ -25,10 +25,11 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from gagar_jax import configlib, sharding
 from gagar_jax.errors import ConfigError
 
 # Logical axis names parameters are annotated with.
-LOGICAL_AXES = ("vocab", "embed", "heads", "kv_heads", "head_dim", "mlp", "norm")
+LOGICAL_AXES = sharding.LOGICAL_AXES
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
@@ -56,25 +57,15 @@ class ModelConfig:
   max_seq_len: int = 4096
 
   def __post_init__(self):
+    if self.rope_scaling is not None and not isinstance(self.rope_scaling, tuple):
+      # A mapping (config.json, a ConfigDict) -> sorted pairs, so the config hashes.
+      object.__setattr__(self, "rope_scaling", tuple(sorted(dict(self.rope_scaling).items())))
     self.validate()
 
   @classmethod
   def from_dict(cls, d: Mapping[str, Any], prefix: str = "model") -> ModelConfig:
     """Builds a config from a mapping (e.g. an `ml_collections.ConfigDict`)."""
-    d = dict(d)
-    known = {f.name for f in dataclasses.fields(cls)}
-    for key in d:
-      if key not in known:
-        raise ConfigError(f"{prefix}.{key}", f"unknown field; known: {sorted(known)}")
-    for f in dataclasses.fields(cls):
-      if f.default is dataclasses.MISSING and f.name not in d:
-        raise ConfigError(f"{prefix}.{f.name}", "required field is missing")
-    if d.get("rope_scaling") is not None:
-      d["rope_scaling"] = tuple(sorted(dict(d["rope_scaling"]).items()))
-    try:
-      return cls(**d)
-    except ConfigError as e:
-      raise ConfigError(f"{prefix}.{e.field}", str(e).split(": ", 1)[1]) from None
+    return configlib.from_dict(cls, d, prefix)
 
   def validate(self) -> None:
     for name in (
@@ -385,3 +376,20 @@ class Transformer(nnx.Module):
 def create(config: ModelConfig, seed: int = 0) -> Transformer:
   """A freshly initialised model on the default device."""
   return Transformer(config, rngs=nnx.Rngs(seed))
+
+
+def abstract(config: ModelConfig):
+  """(graphdef, abstract params `nnx.State` of `ShapeDtypeStruct`s): no memory used."""
+  return nnx.split(nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0))))
+
+
+def init_sharded(config: ModelConfig, mesh, rules=None, seed: int = 0):
+  """Initialises a `Transformer` straight into its sharded layout.
+
+  Returns:
+    (graphdef, params): `params` is an `nnx.State` of sharded `jax.Array`s.
+  """
+  graphdef, shapes = abstract(config)
+  shardings = sharding.param_shardings(shapes, mesh, rules)
+  params = jax.jit(lambda: nnx.state(create(config, seed)), out_shardings=shardings)()
+  return graphdef, params
