@@ -21,9 +21,8 @@ from __future__ import annotations
 import ml_collections
 
 from configs import common, model_sizes
-
-ARMS = ("grpo", "gagar", "gagar_no_rescale", "reward_shaping")
-GRADERS = ("rubric", "lm", "openai")
+from gagar_jax import arms
+from gagar_jax.grading import backends
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -32,10 +31,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   )
   # The model preset: tiny (the committed warm start), nano under runlocal unless given.
   size = args.size or ("nano" if args.runlocal else "tiny")
-  if args.arm not in ARMS:
-    raise ValueError(f"arm={args.arm!r}: must be one of {ARMS}")
-  if args.grader not in GRADERS:
-    raise ValueError(f"grader={args.grader!r}: must be one of {GRADERS}")
+  if args.arm not in arms.ARMS:
+    raise ValueError(f"arm={args.arm!r}: must be one of {tuple(arms.ARMS)}")
+  if args.grader not in backends.BACKENDS:
+    raise ValueError(f"grader={args.grader!r}: must be one of {backends.BACKENDS}")
+  arm = arms.ARMS[args.arm]
   c = ml_collections.ConfigDict()
   # The experiment arm (see the module docstring).
   c.arm = args.arm
@@ -104,8 +104,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # reciprocal power).
   c.learner.advantage.scheme = "linear"
   c.learner.advantage.scheme_param = 0.5
-  c.learner.advantage.redistribute = args.arm in ("gagar", "gagar_no_rescale")
-  c.learner.advantage.preserve_sum = args.arm != "gagar_no_rescale"
+  c.learner.advantage.redistribute = arm.redistribute
+  c.learner.advantage.preserve_sum = arm.preserve_sum
   # PPO updates per rollout batch (each a full pass over the batch).
   c.updates_per_batch = 1
 
@@ -146,9 +146,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.sandbox_workers = 2
 
   if args.demo:  # `make run`: a few minutes on a laptop CPU
-    c.steps, c.num_groups = 40, 6
-    c.eval.every_steps, c.eval.tasks, c.eval.final_tasks = 10, 32, 64
-    c.checkpoint_every = 10
+    c.num_groups = 6
   if args.runlocal:  # the end-to-end test: seconds
     c.steps, c.num_groups = 3, 2
     c.rollout.group_size, c.rollout.max_rounds = 4, 2

@@ -27,7 +27,7 @@ PRESETS = {
     norm_eps=1e-6,
     qkv_bias=False,
     tie_embeddings=True,
-    max_seq_len=512,
+    max_seq_len=1024,
   ),
   # Laptop-CPU policy (about 0.9M parameters with a 512-token BPE).
   "tiny": dict(

@@ -2,7 +2,7 @@
 
 The placeholder main job until the RL trainer lands (`make run` runs it).
 
-    python experiments/sample.py --config=configs/sampler_demo.py --workdir=runs/demo
+    python experiments/sample.py --config=configs/sampler_demo.py --workdir=runs/sampler_demo
     python experiments/sample.py --config=configs/sampler_demo.py:size=small \\
         --config.sampling.temperature=0.7 --workdir=runs/demo_small
 """

@@ -33,7 +33,7 @@ from gagar_jax.data.builders import SPLIT_SEED_BASE
 from gagar_jax.envs import expert as expert_lib
 from gagar_jax.envs import minirepo
 from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
-from gagar_jax.grading import agent, lm_grader, openai_grader, rubric, workspace
+from gagar_jax.grading import agent, backends, openai_grader, rubric, workspace
 from gagar_jax.grading import demos as demos_lib
 from gagar_jax.rollout import Trajectory
 
@@ -64,13 +64,12 @@ WEIGHTS = {
 
 
 def make_grader():
-  if _GRADER.value == "rubric":
-    return rubric.RubricGrader()
-  agent_config = agent.AgentConfig(rank_from_notes=_FROM_NOTES.value)
-  if _GRADER.value == "lm":
-    return lm_grader.LMGrader.load(_GRADER_PATH.value, agent_config)
-  config = openai_grader.OpenAIConfig(base_url=_BASE_URL.value, model=_MODEL.value)
-  return openai_grader.OpenAIGrader.from_config(config, agent_config)
+  return backends.make(
+    _GRADER.value,
+    agent=agent.AgentConfig(rank_from_notes=_FROM_NOTES.value),
+    lm_path=_GRADER_PATH.value,
+    openai=openai_grader.OpenAIConfig(base_url=_BASE_URL.value, model=_MODEL.value),
+  )
 
 
 def label_groups(pool):

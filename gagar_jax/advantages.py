@@ -5,7 +5,7 @@ Pure `jax.numpy`; each function is written for one group `[G]` and vmapped over
 the `B` groups of a batch `[B, G]`, so with `B` sharded over devices nothing is
 ever gathered. `tests/advantages_reference.py` holds a plain NumPy twin (the test oracle).
 
-Notation (DESIGN.md, "The method, precisely"): a group holds G trajectories with
+Notation (docs/design.md, "The method"): a group holds G trajectories with
 rewards r_i; `valid` marks real (non-padding) slots, `passed` the trajectories
 whose hidden tests passed, `ranks` the grader's ranking of the passing ones
 (0 = best, ties share a value).
@@ -13,6 +13,7 @@ whose hidden tests passed, `ranks` the grader's ranking of the passing ones
 
 from __future__ import annotations
 
+import chex
 import jax
 import jax.numpy as jnp
 
@@ -85,8 +86,11 @@ def group_advantages(rewards, valid, *, estimator: str = "grpo", eps: float = 1e
   """
   if estimator not in ESTIMATORS:
     raise ValueError(f"estimator={estimator!r}: must be one of {ESTIMATORS}")
+  rewards, valid = jnp.asarray(rewards), jnp.asarray(valid, bool)
+  chex.assert_rank(rewards, 2)
+  chex.assert_equal_shape((rewards, valid))
   fn = lambda r, v: _group_advantages_one(r, v, estimator, eps)
-  return jax.vmap(fn)(jnp.asarray(rewards), jnp.asarray(valid, bool))
+  return jax.vmap(fn)(rewards, valid)
 
 
 def informative_groups(passed, valid):
@@ -204,10 +208,13 @@ def redistribute(
     float32 `[B, G]`.
   """
   param = scheme_param(scheme, scheme_params)
-  fn = lambda a, p, r, v: _redistribute_one(a, p, r, v, preserve_sum, scheme, param)
-  return jax.vmap(fn)(
+  args = (
     jnp.asarray(advantages, jnp.float32),
     jnp.asarray(passed, bool),
     jnp.asarray(ranks),
     jnp.asarray(valid, bool),
   )
+  chex.assert_rank(args, 2)
+  chex.assert_equal_shape(args)
+  fn = lambda a, p, r, v: _redistribute_one(a, p, r, v, preserve_sum, scheme, param)
+  return jax.vmap(fn)(*args)

@@ -21,11 +21,8 @@ import os
 import time
 
 from gagar_jax import sft, sharding
-from gagar_jax.grading import agent, demos, lm_grader
-
-
-def agent_config(config) -> agent.AgentConfig:
-  return agent.AgentConfig(**dict(config.agent))
+from gagar_jax.configlib import check
+from gagar_jax.grading import backends, demos, lm_grader
 
 
 def data_config(config):
@@ -76,6 +73,12 @@ def run(config, workdir: str, export: str = "") -> dict:
   from gagar_jax.data import pipeline
 
   start = time.time()
+  sft.parse_config(config)  # before any compute
+  check(
+    config.agent.max_total_tokens <= config.context,
+    "agent.max_total_tokens",
+    f"{config.agent.max_total_tokens} exceeds the grader's context={config.context}",
+  )
   sharding.initialize_distributed(config.distributed)
   os.makedirs(workdir, exist_ok=True)
   metrics_lib.save_config(config, workdir)
@@ -93,7 +96,7 @@ def run(config, workdir: str, export: str = "") -> dict:
     f"groups), {len(held_out)} held-out groups",
     flush=True,
   )
-  acfg = agent_config(config)
+  acfg = backends.agent_config(config.agent, "agent")
   eval_records = held_out[: config.eval.groups]
 
   def make_grader(model_config, tok, params):

@@ -43,6 +43,12 @@ def fingerprint(path: str) -> str:
   return h.hexdigest()
 
 
+def read_model_config(path: str) -> dict:
+  """The folder's `model.json` (shape fields and max_seq_len), without loading weights."""
+  with open(os.path.join(path, "model.json")) as f:
+    return json.load(f)
+
+
 def load(path: str, model_overrides=None):
   """(tokenizer, ModelConfig, params `nnx.State` on the host).
 
@@ -50,8 +56,7 @@ def load(path: str, model_overrides=None):
   shape; a mismatch is a ConfigError naming the field.
   """
   tok = tokenizers.HFTokenizer.from_file(os.path.join(path, "tokenizer"))
-  with open(os.path.join(path, "model.json")) as f:
-    saved = json.load(f)
+  saved = read_model_config(path)
   if model_overrides is not None:
     for key in ("embed_dim", "num_layers", "num_heads", "num_kv_heads", "head_dim", "mlp_dim"):
       if key in model_overrides and model_overrides[key] != saved[key]:

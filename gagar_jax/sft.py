@@ -5,7 +5,7 @@ rollout builds its context). The loss is next-token cross-entropy weighted 1 on
 the policy's own tokens (actions and their end-of-action markers) and
 `context_loss_weight` on the prompt and observation tokens. A small context
 weight (0.25) helped the tiny model learn to read code in the measurements we
-started from (LEARNABILITY facts in the README); 0 trains on actions only.
+started from; 0 trains on actions only.
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ import optax
 from flax import nnx
 
 from gagar_jax import sharding
-from gagar_jax.configlib import check, check_positive_ints
+from gagar_jax.configlib import check, check_positive_ints, from_dict
 from gagar_jax.envs import transcript
 from gagar_jax.learner import train_state
 from gagar_jax.learner.config import OptimConfig
+from gagar_jax.models import transformer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +57,35 @@ class SFTConfig:
       weight_decay=self.weight_decay,
       max_grad_norm=self.max_grad_norm,
     )
+
+
+def parse_config(config) -> SFTConfig:
+  """Validates an SFT config (policy or grader) before any compute; returns its `sft`.
+
+  Every sequence budget must fit the model's positions (`model.max_seq_len`).
+  """
+  from gagar_jax.envs import expert
+
+  sft_config = from_dict(SFTConfig, config.sft, "sft")
+  transformer.ModelConfig.from_dict({**config.model, "vocab_size": 1})
+  max_seq_len = config.model.max_seq_len
+  budgets = [("sft.seq_len", sft_config.seq_len)]
+  if "rollout" in config:  # the policy's evaluation episodes
+    from gagar_jax import rollout
+
+    rollout_cfg = from_dict(rollout.RolloutConfig, config.rollout, "rollout")
+    budgets.append(("rollout.max_episode_tokens", rollout_cfg.max_episode_tokens))
+  if "habits" in config:
+    from_dict(expert.HabitConfig, config.habits, "habits")
+  if "context" in config:  # the LM grader's context window
+    budgets.append(("context", config.context))
+  for field, value in budgets:
+    check(
+      value <= max_seq_len,
+      field,
+      f"{value} exceeds model.max_seq_len={max_seq_len} (positions the model can hold)",
+    )
+  return sft_config
 
 
 def encode_demos(
@@ -160,7 +190,7 @@ def load_demos(config, split: str):
   from gagar_jax.data import builders, pipeline
   from gagar_jax.envs import expert
 
-  habits = expert.HabitConfig(**dict(config.habits))
+  habits = from_dict(expert.HabitConfig, config.habits, "habits")
   ds = pipeline.demos(
     config.data_dir,
     builders.demos_config(builders.suite_from_config(config.suite), habits, config.seed),
@@ -202,9 +232,9 @@ def fit(config, workdir: str, pairs, evaluate, *, tag: str, max_obs_tokens, star
 
   from gagar_jax import metrics as metrics_lib
   from gagar_jax.learner.checkpoint import Checkpointer
-  from gagar_jax.models import tokenizers, transformer
+  from gagar_jax.models import tokenizers
 
-  sft_config = SFTConfig(**dict(config.sft))
+  sft_config = from_dict(SFTConfig, config.sft, "sft")
   tok_dir = os.path.join(workdir, "tokenizer")
   if os.path.exists(os.path.join(tok_dir, "tokenizer.json")):
     tok = tokenizers.HFTokenizer.from_file(tok_dir)
@@ -303,7 +333,10 @@ def run(config, workdir: str, export: str = "") -> dict:
   from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
 
   start = time.time()
-  rollout_cfg = rollout.RolloutConfig(group_size=config.eval.group_size, **dict(config.rollout))
+  parse_config(config)  # before any compute
+  rollout_cfg = dataclasses.replace(
+    from_dict(rollout.RolloutConfig, config.rollout, "rollout"), group_size=config.eval.group_size
+  )
   sharding.initialize_distributed(config.distributed)
   os.makedirs(workdir, exist_ok=True)
   metrics_lib.save_config(config, workdir)

@@ -24,6 +24,7 @@ from flax import nnx
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from gagar_jax import configlib
 from gagar_jax.errors import ConfigError
 
 MESH_AXES = ("data", "fsdp", "tensor")
@@ -54,15 +55,15 @@ class MeshConfig:
   fsdp: int = 1
   tensor: int = 1
 
+  def __post_init__(self):
+    for key in MESH_AXES:
+      value = getattr(self, key)
+      if not isinstance(value, int) or isinstance(value, bool) or not (value == -1 or value > 0):
+        raise ConfigError(key, f"must be a positive int or -1, got {value!r}")
+
   @classmethod
   def from_dict(cls, d: Mapping[str, Any], prefix: str = "mesh") -> MeshConfig:
-    d = dict(d)
-    for key, value in d.items():
-      if key not in MESH_AXES:
-        raise ConfigError(f"{prefix}.{key}", f"unknown mesh axis; axes are {MESH_AXES}")
-      if not isinstance(value, int) or isinstance(value, bool) or not (value == -1 or value > 0):
-        raise ConfigError(f"{prefix}.{key}", f"must be a positive int or -1, got {value!r}")
-    return cls(**d)
+    return configlib.from_dict(cls, d, prefix)
 
   def shape(self, num_devices: int, prefix: str = "mesh") -> tuple[int, int, int]:
     """Resolves -1 and checks that the sizes multiply to `num_devices`."""
@@ -222,7 +223,7 @@ def initialize_distributed(config: DistributedConfig | Mapping[str, Any]) -> Non
   With no coordinator address JAX detects the cluster (TPU pods, SLURM, ...).
   """
   if not isinstance(config, DistributedConfig):
-    config = DistributedConfig(**dict(config))
+    config = configlib.from_dict(DistributedConfig, config, "distributed")
   if not config.enabled:
     return
   if config.coordinator_address:

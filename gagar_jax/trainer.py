@@ -13,6 +13,7 @@ learner step (arms gagar / gagar_no_rescale) or become a shaped reward
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -20,92 +21,44 @@ import time
 import jax
 import numpy as np
 
+from gagar_jax import arms as arms_lib
 from gagar_jax import evaluation, policy_io, rollout, sharding
 from gagar_jax import metrics as metrics_lib
-from gagar_jax.configlib import check, check_positive_ints, one_of
+from gagar_jax.configlib import check, check_positive_ints, from_dict
 from gagar_jax.errors import ConfigError
+from gagar_jax.grading import backends
 from gagar_jax.learner.checkpoint import Checkpointer
 from gagar_jax.learner.config import LearnerConfig
 from gagar_jax.learner.learner import Learner
 from gagar_jax.learner.step import Batch, NonFiniteError
 
-ARMS = ("grpo", "gagar", "gagar_no_rescale", "reward_shaping")
-GRADER_BACKENDS = ("rubric", "lm", "openai")
-
 
 def parse_config(config):
   """Validates every section up front; returns (LearnerConfig, RolloutConfig)."""
-  one_of(config.arm, ARMS, "arm")
-  one_of(config.grader.backend, GRADER_BACKENDS, "grader.backend")
+  arms_lib.get(config.arm)
+  backends.check_config(config.grader)
   check_positive_ints(config, ("steps", "num_groups", "updates_per_batch", "checkpoint_every"))
   check(config.eval.every_steps > 0, "eval.every_steps", "must be > 0")
   check(config.grader.timeout_s > 0, "grader.timeout_s", "must be > 0")
   check(config.grader.workers > 0, "grader.workers", "must be > 0")
-  learner_cfg = LearnerConfig.from_dict(config.learner)
-  try:
-    rollout_cfg = rollout.RolloutConfig(**dict(config.rollout))
-  except ConfigError as e:
-    raise ConfigError(f"rollout.{e.field}", str(e).split(": ", 1)[1]) from None
-  except TypeError as e:
-    raise ConfigError("rollout", str(e)) from None
-  adv = learner_cfg.advantage
-  if config.arm in ("gagar", "gagar_no_rescale") and not adv.redistribute:
-    raise ConfigError("learner.advantage.redistribute", f"must be True for arm={config.arm}")
-  if config.arm in ("grpo", "reward_shaping") and adv.redistribute:
-    raise ConfigError("learner.advantage.redistribute", f"must be False for arm={config.arm}")
-  if config.arm == "gagar_no_rescale" and adv.preserve_sum:
-    raise ConfigError("learner.advantage.preserve_sum", "must be False for gagar_no_rescale")
-  if config.grader.backend == "lm" and not os.path.exists(
-    os.path.join(config.grader.lm_path, "grader.json")
-  ):
-    raise ConfigError(
-      "grader.lm_path",
-      f"{config.grader.lm_path!r} is not a grader folder (no grader.json; make one with "
-      "experiments/sft.py --config=configs/grader_sft.py --export=DIR)",
-    )
-  if config.grader.backend in ("lm", "openai"):
-    agent_config(config)
-  if config.grader.backend == "openai":
-    openai_config(config).resolved()
+  learner_cfg = from_dict(LearnerConfig, config.learner, "learner")
+  rollout_cfg = from_dict(rollout.RolloutConfig, config.rollout, "rollout")
+  arms_lib.check_advantage(config.arm, learner_cfg.advantage)
   if not os.path.exists(os.path.join(config.init_from, "params.safetensors")):
     raise ConfigError(
       "init_from",
       f"{config.init_from!r} holds no params.safetensors "
       "(make one with experiments/sft.py --export=DIR)",
     )
+  # The episode must fit the model's positions (the warm start's, which the run uses).
+  max_seq_len = policy_io.read_model_config(config.init_from)["max_seq_len"]
+  check(
+    rollout_cfg.max_episode_tokens <= max_seq_len,
+    "rollout.max_episode_tokens",
+    f"{rollout_cfg.max_episode_tokens} exceeds the model's max_seq_len={max_seq_len} "
+    f"(of the warm start in {config.init_from})",
+  )
   return learner_cfg, rollout_cfg
-
-
-def agent_config(config):
-  from gagar_jax.grading import agent
-
-  try:
-    return agent.AgentConfig(**dict(config.grader.agent))
-  except ConfigError as e:
-    raise ConfigError(f"grader.agent.{e.field}", str(e).split(": ", 1)[1]) from None
-
-
-def openai_config(config):
-  from gagar_jax.grading import openai_grader
-
-  try:
-    return openai_grader.OpenAIConfig(**dict(config.grader.openai))
-  except ConfigError as e:
-    raise ConfigError(f"grader.openai.{e.field}", str(e).split(": ", 1)[1]) from None
-
-
-def make_grader(config):
-  """The grader of `config.grader.backend`."""
-  from gagar_jax.grading import lm_grader, openai_grader, rubric
-
-  backend = config.grader.backend
-  if backend == "rubric":
-    return rubric.RubricGrader()
-  if backend == "lm":
-    return lm_grader.LMGrader(
-      lm_grader.load_chat_model(config.grader.lm_path), agent_config(config)
-    )
-  return openai_grader.OpenAIGrader.from_config(openai_config(config), agent_config(config))
 
 
 def shaped_rewards(passed: np.ndarray, ranks: np.ndarray, coef: float) -> np.ndarray:
@@ -141,9 +94,7 @@ class Trainer:
       mesh=self.mesh,
       rules=config.sharding_rules,
     )
-    eval_cfg = rollout.RolloutConfig(
-      **{**dict(config.rollout), "group_size": config.eval.group_size}
-    )
+    eval_cfg = dataclasses.replace(self.rollout_cfg, group_size=config.eval.group_size)
     self.eval_engine = rollout.RolloutEngine(
       eval_cfg,
       model_config,
@@ -153,8 +104,9 @@ class Trainer:
       mesh=self.mesh,
       rules=config.sharding_rules,
     )
-    self.grades = config.arm != "grpo"
-    self.grader = make_grader(config) if self.grades else None
+    self.arm = arms_lib.get(config.arm)
+    self.grades = self.arm.grades
+    self.grader = backends.from_config(config.grader) if self.grades else None
     self.grader_loop = loop_lib.GraderLoop(
       self.grader,
       workers=config.grader.workers,
@@ -226,7 +178,7 @@ class Trainer:
     jax.block_until_ready((old, ref))
     times["logprob_and_grading_s"] = time.perf_counter() - t0
     rewards = host.rewards
-    if c.arm == "reward_shaping":
+    if self.arm.shapes_reward:
       rewards = shaped_rewards(host.passed, ranks, c.grader.shaping_coef)
       ranks = np.zeros_like(ranks)
     batch = batch._replace(

@@ -1,5 +1,6 @@
 """The jitted GRPO/GAGAR learner: compilation, accumulation, learning, sharding, errors."""
 
+import chex
 import jax
 import numpy as np
 import pytest
@@ -21,7 +22,12 @@ def _params(state):
   return [np.asarray(x) for x in jax.tree.leaves(state.params)]
 
 
-def test_step_compiles_once_and_logprobs_match_forward(mesh1):
+def test_step_compiles_once_and_logprobs_match_forward(mesh1, monkeypatch):
+  # The step body runs once per trace: count its traces with chex.
+  chex.clear_trace_counter()
+  monkeypatch.setattr(
+    step_lib, "compute_advantages", chex.assert_max_traces(step_lib.compute_advantages, n=1)
+  )
   learner = helpers.make_learner(mesh1)
   state = learner.init(0)
   for position in range(3):
@@ -29,6 +35,11 @@ def test_step_compiles_once_and_logprobs_match_forward(mesh1):
     state, metrics = learner.step(state, batch)
   assert learner.train_step._cache_size() == 1
   assert int(state.step) == 3
+  # The counter does count: a batch of another shape traces the step again.
+  longer = helpers.synthetic_batch(3, t=32)
+  with pytest.raises(AssertionError, match="traced > 1 times"):
+    learner.step(state, helpers.with_logprobs(learner, state, longer))
+  chex.clear_trace_counter()
   assert metrics["finite"] == 1.0 and metrics["tokens"] > 0
   # On-policy first step: ratio 1 exactly, so nothing is clipped.
   fresh = learner.init(0)

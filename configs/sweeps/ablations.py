@@ -13,8 +13,8 @@ Presets: small (4 arms x 3 seeds within 90 minutes on 2 CPU cores), runlocal (te
 """
 
 from configs import common
+from gagar_jax.arms import ARMS
 
-ARMS = ("grpo", "gagar", "gagar_no_rescale", "reward_shaping")
 # Sweep arm name -> config arg of configs/gagar.py.
 ARM_CONFIGS = {
   **{arm: f"arm={arm}" for arm in ARMS},

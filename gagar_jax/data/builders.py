@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import tensorflow_datasets as tfds
 
+from gagar_jax import configlib
 from gagar_jax.envs import expert as expert_lib
 from gagar_jax.envs import minirepo
 
@@ -26,57 +27,48 @@ SPLIT_SEED_BASE = {"train": 0, "validation": 1_000_000, "test": 2_000_000}
 
 @dataclasses.dataclass
 class MiniRepoConfig(tfds.core.BuilderConfig):
-  """Sizes and difficulty of a MiniRepo suite."""
+  """Sizes and difficulty (`minirepo.Difficulty`) of a MiniRepo suite."""
 
   n_train: int = 2000
   n_validation: int = 200
   n_test: int = 200
-  n_files: int = 1
-  n_functions: int = 3
-  bug_kinds: tuple[str, ...] = minirepo.DEFAULT_BUG_KINDS
-  distractors: int = 0
-  n_hidden: int = 16
-  compound_names: bool = False
+  knobs: minirepo.Difficulty = dataclasses.field(default_factory=minirepo.Difficulty)
 
   @property
   def difficulty(self) -> dict:
-    return dict(
-      n_files=self.n_files,
-      n_functions=self.n_functions,
-      bug_kinds=tuple(self.bug_kinds),
-      distractors=self.distractors,
-      n_hidden=self.n_hidden,
-      compound_names=self.compound_names,
-    )
+    """`minirepo.generate_task(seed, **difficulty)`."""
+    return dataclasses.asdict(self.knobs)
 
   def sizes(self) -> dict[str, int]:
     return {"train": self.n_train, "validation": self.n_validation, "test": self.n_test}
 
 
-def minirepo_config(**kwargs) -> MiniRepoConfig:
-  """A config whose name is derived from its fields (sizes and difficulty)."""
-  cfg = MiniRepoConfig(name="tmp", **kwargs)
-  kinds = "-".join(k[:4] for k in cfg.bug_kinds)
+_SIZES = ("n_train", "n_validation", "n_test")
+
+
+def minirepo_config(prefix: str = "suite", **kwargs) -> MiniRepoConfig:
+  """A config named by its sizes and difficulty; `kwargs`: the sizes and `Difficulty` knobs.
+
+  Bad values raise `ConfigError` naming `prefix.<field>`.
+  """
+  knobs = configlib.from_dict(
+    minirepo.Difficulty, {k: v for k, v in kwargs.items() if k not in _SIZES}, prefix
+  )
+  sizes = {k: v for k, v in kwargs.items() if k in _SIZES}
+  configlib.check_positive_ints(sizes, list(sizes), prefix + ".")
+  cfg = MiniRepoConfig(name="tmp", knobs=knobs, **sizes)
+  d = cfg.knobs
+  kinds = "-".join(k[:4] for k in d.bug_kinds)
   name = (
-    f"f{cfg.n_files}_fn{cfg.n_functions}_d{cfg.distractors}_h{cfg.n_hidden}_{kinds}"
-    f"_{cfg.n_train}-{cfg.n_validation}-{cfg.n_test}" + ("_compound" if cfg.compound_names else "")
+    f"f{d.n_files}_fn{d.n_functions}_d{d.distractors}_h{d.n_hidden}_{kinds}"
+    f"_{cfg.n_train}-{cfg.n_validation}-{cfg.n_test}" + ("_compound" if d.compound_names else "")
   )
   return dataclasses.replace(cfg, name=name)
 
 
 def suite_from_config(suite) -> MiniRepoConfig:
   """The suite of an experiment config's `suite` section (configs/common.py)."""
-  return minirepo_config(
-    n_train=suite.n_train,
-    n_validation=suite.n_validation,
-    n_test=suite.n_test,
-    n_files=suite.n_files,
-    n_functions=suite.n_functions,
-    bug_kinds=tuple(suite.bug_kinds),
-    distractors=suite.distractors,
-    n_hidden=suite.n_hidden,
-    compound_names=suite.compound_names,
-  )
+  return minirepo_config(**dict(suite))
 
 
 class Minirepo(tfds.core.GeneratorBasedBuilder):

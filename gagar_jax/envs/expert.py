@@ -22,6 +22,7 @@ import dataclasses
 import numpy as np
 
 from gagar_jax.envs import minirepo, pyast, quality, tools
+from gagar_jax.errors import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +38,7 @@ class HabitConfig:
     for f in dataclasses.fields(self):
       value = getattr(self, f.name)
       if not 0.0 <= value <= 1.0:
-        raise ValueError(f"expert.{f.name}: a probability in [0, 1], got {value}")
+        raise ConfigError(f.name, f"a probability in [0, 1], got {value}")
 
 
 @dataclasses.dataclass

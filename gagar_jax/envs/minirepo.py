@@ -29,8 +29,10 @@ from typing import Any
 
 import numpy as np
 
+from gagar_jax.configlib import check_positive_ints
 from gagar_jax.envs import pyast
 from gagar_jax.envs import sandbox as sandbox_lib
+from gagar_jax.errors import ConfigError
 
 BUG_KINDS = ("operator", "comparison", "constant", "variable", "off_by_one", "missing_case")
 DEFAULT_BUG_KINDS = ("operator", "comparison", "constant", "variable", "off_by_one")
@@ -269,20 +271,11 @@ def _unique_in(span: str, body: str) -> bool:
 # ---------------------------------------------------------------------------- generation
 
 
-def generate_task(
-  seed: int,
-  *,
-  n_files: int = 1,
-  n_functions: int = 3,
-  bug_kinds: Sequence[str] = DEFAULT_BUG_KINDS,
-  distractors: int = 0,
-  n_hidden: int = 16,
-  compound_names: bool = False,
-) -> Task:
-  """A deterministic task for `(seed, difficulty)`.
+@dataclasses.dataclass(frozen=True)
+class Difficulty:
+  """The knobs of a MiniRepo task; their one definition (generator, TFDS configs, configs).
 
-  Args:
-    seed: the task's seed.
+  Attributes:
     n_files: modules in the package.
     n_functions: functions per module.
     bug_kinds: kinds the injected bug is drawn from (see BUG_KINDS).
@@ -291,22 +284,33 @@ def generate_task(
     compound_names: `verb_noun` function names (two BPE pieces to copy, harder)
       instead of single words.
   """
-  bug_kinds = tuple(bug_kinds)
-  for kind in bug_kinds:
-    if kind not in BUG_KINDS:
-      raise ValueError(f"bug kind {kind!r}: must be one of {BUG_KINDS}")
-  if n_files < 1 or n_functions < 1 or not bug_kinds:
-    raise ValueError("need at least one file, one function and one bug kind")
-  difficulty = dict(
-    n_files=n_files,
-    n_functions=n_functions,
-    bug_kinds=bug_kinds,
-    distractors=distractors,
-    n_hidden=n_hidden,
-    compound_names=compound_names,
-  )
-  if not compound_names and n_files * (n_functions + distractors) > 20:
-    raise ValueError("at most 20 single-word function names per task; use compound_names")
+
+  n_files: int = 1
+  n_functions: int = 3
+  bug_kinds: tuple[str, ...] = DEFAULT_BUG_KINDS
+  distractors: int = 0
+  n_hidden: int = 16
+  compound_names: bool = False
+
+  def __post_init__(self):
+    object.__setattr__(self, "bug_kinds", tuple(self.bug_kinds))
+    for kind in self.bug_kinds:
+      if kind not in BUG_KINDS:
+        raise ConfigError("bug_kinds", f"bug kind {kind!r}: must be one of {BUG_KINDS}")
+    if not self.bug_kinds:
+      raise ConfigError("bug_kinds", "need at least one bug kind")
+    check_positive_ints(self, ("n_files", "n_functions", "n_hidden"))
+    if self.distractors < 0:
+      raise ConfigError("distractors", f"must be >= 0, got {self.distractors}")
+    if not self.compound_names and self.n_files * (self.n_functions + self.distractors) > 20:
+      raise ConfigError(
+        "n_functions", "at most 20 single-word function names per task; use compound_names"
+      )
+
+
+def generate_task(seed: int, **knobs) -> Task:
+  """A deterministic task for `(seed, difficulty)`; `knobs` are `Difficulty`'s fields."""
+  difficulty = dataclasses.asdict(Difficulty(**knobs))
   key = hashlib.sha256(repr((seed, sorted(difficulty.items()))).encode()).digest()
   rng = np.random.default_rng(int.from_bytes(key[:8], "little"))
   for _ in range(200):

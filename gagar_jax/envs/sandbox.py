@@ -59,7 +59,8 @@ def default_masked_paths() -> tuple[str, ...]:
 
 @dataclasses.dataclass(frozen=True)
 class SandboxConfig:
-  """Pool size, isolation and per-evaluation limits (`config.sandbox`)."""
+  """Pool size, isolation and per-evaluation limits (experiment configs set `workers`
+  through `sandbox_workers`; the limits keep these defaults)."""
 
   workers: int = 2
   isolate: bool = True

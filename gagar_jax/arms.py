@@ -1,0 +1,50 @@
+"""The experiment arms: their names and what each one sets (one home for the trainer,
+`configs/gagar.py` and the ablation sweeps).
+
+  grpo              no grading: plain group advantages
+  gagar             the grader's ranks redistribute credit among passing trajectories,
+                    the group's total passing credit preserved
+  gagar_no_rescale  rank weights without the rescale (total credit shrinks)
+  reward_shaping    the grader's score is added to the binary reward (the alternative
+                    the paper argues against)
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from gagar_jax.configlib import check
+
+
+class Arm(NamedTuple):
+  grades: bool  # passing trajectories go to the grader
+  redistribute: bool  # learner.advantage.redistribute
+  preserve_sum: bool  # learner.advantage.preserve_sum
+  shapes_reward: bool  # ranks become a reward bonus instead of weights
+
+
+ARMS: dict[str, Arm] = {
+  "grpo": Arm(grades=False, redistribute=False, preserve_sum=True, shapes_reward=False),
+  "gagar": Arm(grades=True, redistribute=True, preserve_sum=True, shapes_reward=False),
+  "gagar_no_rescale": Arm(grades=True, redistribute=True, preserve_sum=False, shapes_reward=False),
+  "reward_shaping": Arm(grades=True, redistribute=False, preserve_sum=True, shapes_reward=True),
+}
+
+
+def get(name: str, field: str = "arm") -> Arm:
+  check(name in ARMS, field, f"must be one of {tuple(ARMS)}, got {name!r}")
+  return ARMS[name]
+
+
+def check_advantage(name: str, advantage) -> None:
+  """The learner's advantage settings must be those of arm `name` (`ConfigError` if not)."""
+  arm = get(name)
+  for key in ("redistribute", "preserve_sum"):
+    want = getattr(arm, key)
+    if key == "preserve_sum" and not arm.redistribute:
+      continue  # without redistribution preserve_sum has no effect
+    check(
+      getattr(advantage, key) == want,
+      f"learner.advantage.{key}",
+      f"must be {want} for arm={name}",
+    )
