@@ -3,7 +3,7 @@
     trainer = Trainer(config, workdir)   # validates the whole config before any compute
     summary = trainer.run()              # resumes from workdir/checkpoints if present
 
-Per step (DESIGN.md, "One RL step"): dynamic-sampled rollouts of `num_groups`
+Per step (docs/design.md, "One RL step"): dynamic-sampled rollouts of `num_groups`
 groups; every group with two or more passing trajectories goes to the grader
 loop (host threads) while the device computes old-policy (and reference)
 log-probs; the grader's ranks feed `advantages.redistribute` inside the jitted

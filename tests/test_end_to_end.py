@@ -14,7 +14,7 @@ import safetensors.numpy
 
 from configs import gagar as gagar_config
 from configs import sft as sft_config
-from gagar_jax import metrics, trainer
+from gagar_jax import metrics, sft, trainer
 from gagar_jax.errors import ConfigError
 from tests.conftest import REPO
 
@@ -183,6 +183,9 @@ def test_bad_rl_config_fails_before_compute(warm_start, overrides, field):
     ("learner.loss", "agg", "sum", "learner.loss.agg"),
     ("learner.advantage", "preserve_sum", True, "learner.advantage.preserve_sum"),
     ("rollout", "max_episode_tokens", 64, "rollout.max_episode_tokens"),
+    # Longer than the warm start's max_seq_len: episodes would run past its positions.
+    ("rollout", "max_episode_tokens", 4096, "rollout.max_episode_tokens"),
+    ("rollout", "top_kk", 3, "rollout.top_kk"),
     ("grader", "backend", "gpt", "grader.backend"),
   ],
 )
@@ -196,6 +199,33 @@ def test_bad_nested_config_names_field(warm_start, section, key, value, field):
   node[key] = value
   with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
     trainer.parse_config(config)
+
+
+@pytest.mark.parametrize(
+  "overrides,field",
+  [
+    ({"sft.seq_len": 2048}, "sft.seq_len"),
+    ({"rollout.max_episode_tokens": 2048}, "rollout.max_episode_tokens"),
+    ({"habits.dead_code": 1.5}, "habits.dead_code"),
+    ({"sft.steps": 0}, "sft.steps"),
+  ],
+)
+def test_bad_sft_config_fails_before_compute(overrides, field):
+  config = sft_config.get_config("runlocal=True")  # nano: max_seq_len 1024
+  for key, value in overrides.items():
+    section, name = key.split(".")
+    config[section][name] = value
+  with pytest.raises(ConfigError, match="^" + field.replace(".", r"\.") + ":"):
+    sft.parse_config(config)
+
+
+def test_bad_grader_sft_context_fails_before_compute():
+  from configs import grader_sft as grader_sft_config
+
+  config = grader_sft_config.get_config("runlocal=True")
+  config.context = 4096
+  with pytest.raises(ConfigError, match=r"^context: 4096 exceeds model.max_seq_len=1024"):
+    sft.parse_config(config)
 
 
 def test_unknown_arm_in_config_arg():
