@@ -37,14 +37,17 @@ def get(name: str, field: str = "arm") -> Arm:
 
 
 def check_advantage(name: str, advantage) -> None:
-  """The learner's advantage settings must be those of arm `name` (`ConfigError` if not)."""
+  """The learner's advantage settings must be those of arm `name` (`ConfigError` if not);
+  `preserve_sum` only matters where the arm redistributes."""
   arm = get(name)
-  for key in ("redistribute", "preserve_sum"):
-    want = getattr(arm, key)
-    if key == "preserve_sum" and not arm.redistribute:
-      continue  # without redistribution preserve_sum has no effect
+  check(
+    advantage.redistribute == arm.redistribute,
+    "learner.advantage.redistribute",
+    f"must be {arm.redistribute} for arm={name}",
+  )
+  if arm.redistribute:
     check(
-      getattr(advantage, key) == want,
-      f"learner.advantage.{key}",
-      f"must be {want} for arm={name}",
+      advantage.preserve_sum == arm.preserve_sum,
+      "learner.advantage.preserve_sum",
+      f"must be {arm.preserve_sum} for arm={name}",
     )

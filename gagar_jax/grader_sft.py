@@ -27,8 +27,6 @@ from gagar_jax.grading import backends, demos, lm_grader
 
 def data_config(config):
   """The grader-demos dataset config; building it samples the policy (`sample_records`)."""
-  import functools
-
   from gagar_jax import policy_io
   from gagar_jax.data import builders
 
@@ -37,13 +35,7 @@ def data_config(config):
     builders.suite_from_config(config.suite),
     policy_dir,
     policy_io.fingerprint(policy_dir),
-    generate=functools.partial(
-      sample_records,
-      policy_dir,
-      group_size=config.grader_data.group_size,
-      variants=config.grader_data.variants,
-      max_obs_chars=config.agent.max_observation_chars,
-    ),
+    generate=sample_records,
     n_train_tasks=config.grader_data.n_train_tasks,
     n_validation_tasks=config.grader_data.n_validation_tasks,
     group_size=config.grader_data.group_size,
@@ -53,18 +45,19 @@ def data_config(config):
   )
 
 
-def sample_records(policy_dir, split, tasks, seed, *, group_size, variants, max_obs_chars):
-  """Grader demonstrations of `split`: groups the policy samples on `tasks` (those with two
-  or more passing samples), each materialized and graded by the rubric."""
+def sample_records(cfg, split, tasks, seed):
+  """Grader demonstrations of `split` for the builder config `cfg`: groups its policy
+  samples on `tasks` (those with two or more passing samples), each materialized and
+  graded by the rubric."""
   import tempfile
 
   from gagar_jax import rollout
 
-  groups = rollout.sample_groups(policy_dir, tasks, group_size=group_size, seed=seed)
+  groups = rollout.sample_groups(cfg.policy_dir, tasks, group_size=cfg.group_size, seed=seed)
+  variants = cfg.variants if split == "train" else 1
   with tempfile.TemporaryDirectory() as tmp:
     for k, group in enumerate(groups):
-      n = variants if split == "train" else 1
-      for record in demos.group_records(group, seed + k, n, max_obs_chars, tmp):
+      for record in demos.group_records(group, seed + k, variants, cfg.max_obs_chars, tmp):
         yield {"group_index": k, **record}
 
 

@@ -67,6 +67,7 @@ def parse_config(config) -> SFTConfig:
   from gagar_jax.envs import expert
 
   sft_config = from_dict(SFTConfig, config.sft, "sft")
+  # The model section's shape (its vocab_size follows the tokenizer, trained later).
   transformer.ModelConfig.from_dict({**config.model, "vocab_size": 1})
   max_seq_len = config.model.max_seq_len
   budgets = [("sft.seq_len", sft_config.seq_len)]

@@ -213,8 +213,8 @@ class Humaneval(tfds.core.GeneratorBasedBuilder):
 class GraderDemosConfig(tfds.core.BuilderConfig):
   """Rubric-graded groups sampled by a policy, as grader demonstrations (grading/demos.py).
 
-  The data layer does not run policies: `generate(split, tasks, seed)` yields the
-  records, and the program that samples (`grader_sft.py`) supplies it.
+  The data layer does not run policies: `generate(config, split, tasks, seed)` yields
+  the records, and the program that samples (`grader_sft.py`) supplies it.
   """
 
   suite: MiniRepoConfig = dataclasses.field(default_factory=minirepo_config)
@@ -225,7 +225,7 @@ class GraderDemosConfig(tfds.core.BuilderConfig):
   variants: int = 4  # the full group + random passing subsets (train split only)
   max_obs_chars: int = 600
   seed: int = 0
-  generate: Callable[[str, list, int], Iterable[dict]] | None = None
+  generate: Callable[[GraderDemosConfig, str, list, int], Iterable[dict]] | None = None
 
   def sizes(self) -> dict[str, int]:
     return {"train": self.n_train_tasks, "validation": self.n_validation_tasks}
@@ -285,7 +285,7 @@ class MinirepoGraderDemos(tfds.core.GeneratorBasedBuilder):
     tasks = [
       minirepo.generate_task(SPLIT_SEED_BASE[split] + i, **cfg.suite.difficulty) for i in range(n)
     ]
-    for record in cfg.generate(split, tasks, cfg.seed + SPLIT_SEED_BASE[split]):
+    for record in cfg.generate(cfg, split, tasks, cfg.seed + SPLIT_SEED_BASE[split]):
       yield (
         f"{record['group_index']}-{record['variant']}",
         {k: v for k, v in record.items() if k != "group_index"},

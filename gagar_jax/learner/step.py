@@ -54,13 +54,12 @@ class Batch(NamedTuple):
   valid: jax.Array
 
   @classmethod
-  def from_rollout(cls, arrays, ranks=None) -> Batch:
+  def from_rollout(cls, arrays) -> Batch:
     """Packs a rollout's host arrays (`tokens`, `mask`, `logprobs`, `rewards`, `passed`,
     `valid`; e.g. `rollout.to_arrays`). `old_logprobs` are the sampling log-probs (the
-    trainer replaces them with the learner's recomputation), `ref_logprobs` zeros and
-    `ranks` zeros unless given (no grading)."""
-    n, g = np.shape(arrays.rewards)
-    ranks = np.zeros((n, g), np.int32) if ranks is None else np.asarray(ranks, np.int32)
+    trainer replaces them with the learner's recomputation); `ref_logprobs` and `ranks`
+    are zeros (the trainer fills them in after grading)."""
+    ranks = np.zeros(np.shape(arrays.rewards), np.int32)
     logprobs = np.asarray(arrays.logprobs, np.float32)
     return cls(
       arrays.tokens,
