@@ -173,7 +173,7 @@ def test_sharded_sampler_equals_single_device(devices8, nano_config):
   sampling = sampler_lib.SamplingParams(max_new_tokens=12, temperature=0.0)
   state, out = _generate(sharded, params, PROMPTS, jax.random.key(0), sampling)
   assert state.cache[0].k.sharding.spec == sharding.logical_to_spec(
-    ("batch", None, "kv_heads", "head_dim"), None
+    ("batch", "kv_heads", None, "head_dim"), None
   )
   state = sharded.append(params, state, [[1, 2]] * 4)
   state, out2 = sharded.generate(params, state, jax.random.key(1), sampling)

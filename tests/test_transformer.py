@@ -49,6 +49,22 @@ def test_causality(nano_model):
   assert not np.allclose(la[0, 6:], lb[0, 6:])
 
 
+def test_query_chunked_attention_equals_one_block(nano_config, nano_model, monkeypatch):
+  # Long sequences attend in query chunks, each over the keys up to its end; the
+  # logits equal those of one unchunked causal pass (a ragged last chunk included).
+  graphdef, params = nano_model
+  tokens = jax.random.randint(jax.random.key(3), (2, 45), 0, nano_config.vocab_size)
+  whole = nnx.merge(graphdef, params)(tokens)
+  monkeypatch.setattr(transformer, "CAUSAL_CHUNK", 8)
+  chunked = nnx.merge(graphdef, params)(tokens)
+  np.testing.assert_allclose(chunked, whole, atol=1e-5)
+  grad = lambda: jax.grad(lambda p: jnp.sum(nnx.merge(graphdef, p)(tokens)[:, -1] ** 2))(params)
+  chunked_grad = grad()
+  monkeypatch.setattr(transformer, "CAUSAL_CHUNK", 1024)
+  for a, b in zip(jax.tree.leaves(chunked_grad), jax.tree.leaves(grad()), strict=True):
+    np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-4)
+
+
 def test_chunked_cache_equals_full_forward(nano_config, nano_model):
   # Feeding a sequence in chunks of 4, 1 and 5 tokens through the cache gives the
   # logits of one full causal forward pass.

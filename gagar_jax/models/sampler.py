@@ -87,7 +87,7 @@ class SamplerState(NamedTuple):
   """A batch of conversations on device.
 
   Attributes:
-    cache: per-layer keys/values `[B, S, kv_heads, head_dim]`.
+    cache: per-layer keys/values `[B, kv_heads, S, head_dim]`.
     lengths: int32 `[B]`, real tokens held per row.
     last_logits: float32 `[B, V]`, the next-token logits after each row's last token.
   """
@@ -179,7 +179,7 @@ def _decode(
   """The jitted decode loop (lax.while_loop; stops early when every row is done)."""
   b = state.lengths.shape[0]
   n = params_s.max_new_tokens
-  cache_size = state.cache[0].k.shape[1]
+  cache_size = state.cache[0].k.shape[2]
   stop_table = jnp.asarray(_stop_table(params_s.stop_sequences))
   has_stop = len(params_s.stop_sequences) > 0
   width = stop_table.shape[1]
@@ -292,7 +292,7 @@ class Sampler:
     def named(*axes):
       return NamedSharding(self._mesh, sharding_lib.logical_to_spec(axes, self._rules))
 
-    kv = named("batch", None, "kv_heads", "head_dim")
+    kv = named("batch", "kv_heads", None, "head_dim")
     cache = tuple(transformer.LayerCache(kv, kv) for _ in range(self._config.num_layers))
     return SamplerState(cache, named("batch"), named("batch", "vocab"))
 
