@@ -48,8 +48,7 @@ class ByteTokenizer:
   """pad 0, bos 1, eos 2, byte b -> b + 3 (Tunix's sampler prepends bos itself)."""
 
   def encode(self, text, **kwargs):
-    if not isinstance(text, str):
-      print("DEBUG", type(text), getattr(text, "shape", None), repr(text)[:200], flush=True)  # Tunix's data queue hands numpy string scalars
+    if not isinstance(text, str):  # Tunix's data queue hands numpy string scalars
       text = str(text.item() if hasattr(text, "item") else text)
     return task.encode(text, bos=False)
 
@@ -107,13 +106,13 @@ def main(argv):
     eos_tokens=[task.EOS],
   )
   cluster_config = rl_cluster_lib.ClusterConfig(
-    role_to_mesh={r: mesh for r in rl_cluster_lib.Role},
+    role_to_mesh=dict.fromkeys(rl_cluster_lib.Role, mesh),
     rollout_engine="vanilla",
     offload_to_cpu=False,
     training_config=rl_cluster_lib.RLTrainingConfig(
       actor_optimizer=optax.adamw(task.LEARNING_RATE),
       eval_every_n_steps=10**9,
-      max_steps=_STEPS.value,
+      max_steps=_STEPS.value + 1,  # one more: a step's time runs from the previous end
       mini_batch_size=task.PROMPTS_PER_STEP,
       train_micro_batch_size=task.PROMPTS_PER_STEP,
     ),
