@@ -22,6 +22,9 @@ _PORT = flags.DEFINE_integer("port", 8000, "Port (0: any free port).")
 _MODEL = flags.DEFINE_string("model_name", "gagar-lm-grader", "The model id clients ask for.")
 _KEY = flags.DEFINE_string("api_key", "", "Required bearer key ('' -> $GAGAR_GRADER_API_KEY).")
 _VERBOSE = flags.DEFINE_bool("verbose", False, "Log every request.")
+_MAX_PENDING = flags.DEFINE_integer(
+  "max_pending", 32, "Requests that may wait for the model; past that: 503 + Retry-After."
+)
 
 
 def main(argv):
@@ -30,7 +33,13 @@ def main(argv):
   chat = lm_grader.load_chat_model(_GRADER.value)
   key = _KEY.value or os.environ.get("GAGAR_GRADER_API_KEY", "")
   httpd = server.make_server(
-    chat, _HOST.value, _PORT.value, model_name=_MODEL.value, api_key=key, verbose=_VERBOSE.value
+    chat,
+    _HOST.value,
+    _PORT.value,
+    model_name=_MODEL.value,
+    api_key=key,
+    verbose=_VERBOSE.value,
+    max_pending=_MAX_PENDING.value,
   )
   host, port = httpd.server_address[:2]
   print(f"serving {_MODEL.value} on http://{host}:{port}/v1", flush=True)

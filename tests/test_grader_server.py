@@ -32,6 +32,7 @@ def served():
       f"--grader={GRADER}",
       "--port=0",
       f"--api_key={KEY}",
+      "--max_pending=8",
     ],
     stdout=subprocess.PIPE,
     stderr=subprocess.DEVNULL,
@@ -211,6 +212,64 @@ def _client(port, **kw):
 def _complete(chat):
   return chat.complete(
     [{"role": "user", "content": "x"}], tools=agent.TOOLS, max_tokens=4, temperature=0, seed=0
+  )
+
+
+def test_64_concurrent_clients_are_all_answered_never_reset(served):
+  # A burst of 64 clients on loopback (plus 8 that hang up at once): every client gets
+  # 200, or 503 with Retry-After from the bounded queue (8 waiting); none is reset
+  # (the listen backlog is 256, not socketserver's 5) and the server keeps serving.
+  import socket
+
+  host, port, proc = served
+  user = {"role": "user", "content": "Issue: f(1) returns 2 but should return 3.\nPassing: c1"}
+  body = json.dumps({"messages": [user], "max_tokens": 4})
+  start = threading.Barrier(64 + 8)
+  results, lock = [], threading.Lock()
+
+  def client(i):
+    start.wait()
+    t0 = time.perf_counter()
+    try:
+      conn = http.client.HTTPConnection(host, port, timeout=120)
+      conn.request(
+        "POST", "/v1/chat/completions", body=body, headers={"Authorization": f"Bearer {KEY}"}
+      )
+      resp = conn.getresponse()
+      data = json.loads(resp.read())
+      out = (resp.status, resp.getheader("Retry-After"), data, time.perf_counter() - t0)
+      conn.close()
+    except OSError as e:  # a reset or refused connection
+      out = ("error", repr(e), None, time.perf_counter() - t0)
+    with lock:
+      results.append(out)
+
+  def rude():
+    start.wait()
+    sock = socket.create_connection((host, port), timeout=30)
+    head = f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
+    sock.sendall(f"{head}Content-Length: {len(body)}\r\n\r\n{body}".encode())
+    sock.close()  # gone before the answer
+
+  threads = [threading.Thread(target=client, args=(i,)) for i in range(64)]
+  threads += [threading.Thread(target=rude) for _ in range(8)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join(300)
+  assert len(results) == 64
+  errors = [r for r in results if r[0] == "error"]
+  assert not errors, errors[:3]
+  assert {r[0] for r in results} <= {200, 503}, {r[0] for r in results}
+  ok = [r for r in results if r[0] == 200]
+  busy = [r for r in results if r[0] == 503]
+  assert ok and all(r[2]["choices"][0]["message"] for r in ok)
+  assert all(r[1] == "1" and r[2]["error"]["code"] == "overloaded" for r in busy)
+  assert proc.poll() is None
+  assert _request(host, port, "GET", "/health")[0] == 200
+  lat = sorted(r[3] for r in results)
+  print(
+    f"64 clients: {len(ok)} x 200, {len(busy)} x 503; latency p50 {lat[31]:.3f}s p95 {lat[60]:.3f}s"
   )
 
 

@@ -8,13 +8,18 @@ Routes: POST /v1/chat/completions, GET /v1/models, GET /health. Errors are JSON
 request (invalid JSON, missing or malformed messages, unknown model, bad
 parameters, body too large, missing key when one is set, unsupported streaming)
 and 500 for a model failure; no request can stop the server. One model call runs
-at a time (the model is batch 1); concurrent requests queue.
+at a time (the model is batch 1); concurrent requests queue, at most `max_pending`
+of them: past that a request gets 503 with `Retry-After` at once (the clients in
+`openai_grader` retry on it). The listen backlog holds `BACKLOG` connections, so a
+burst of clients is queued by the kernel rather than reset, and a client that hangs
+up before its answer costs a closed socket, not a traceback.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import threading
 import time
 import traceback
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,13 +27,30 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from gagar_jax.grading.lm_grader import RequestError
 
 MAX_BODY = 1 << 20
+BACKLOG = 256  # socketserver's default is 5: a burst of clients got connection resets
+_GONE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
 
 
 class HTTPError(Exception):
-  def __init__(self, status: int, message: str, param=None, code="invalid_request", kind=None):
+  def __init__(
+    self, status: int, message: str, param=None, code="invalid_request", kind=None, headers=None
+  ):
     super().__init__(message)
     self.status, self.param, self.code = status, param, code
     self.kind = kind or ("invalid_request_error" if status < 500 else "server_error")
+    self.headers = headers or {}
+
+
+class _Server(ThreadingHTTPServer):
+  request_queue_size = BACKLOG
+  daemon_threads = True
+
+  def handle_error(self, request, client_address):
+    import sys
+
+    if isinstance(sys.exc_info()[1], _GONE):  # the client hung up: nothing to report
+      return
+    super().handle_error(request, client_address)
 
 
 def _int_param(body, name, default, lo, hi):
@@ -93,8 +115,12 @@ def make_server(
   model_name: str = "gagar-lm-grader",
   api_key: str = "",
   verbose: bool = False,
+  max_pending: int = 32,
 ) -> ThreadingHTTPServer:
+  if max_pending < 1:
+    raise ValueError(f"max_pending must be >= 1, got {max_pending}")
   counter = itertools.count(1)
+  pending = threading.BoundedSemaphore(max_pending)
 
   class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -103,18 +129,24 @@ def make_server(
       if verbose:
         super().log_message(fmt, *args)
 
-    def _send(self, status: int, payload: dict):
+    def _send(self, status: int, payload: dict, headers=None):
       data = json.dumps(payload).encode()
-      self.send_response(status)
-      self.send_header("Content-Type", "application/json")
-      self.send_header("Content-Length", str(len(data)))
-      self.end_headers()
-      self.wfile.write(data)
+      try:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+          self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+      except _GONE:  # the client hung up before its answer
+        self.close_connection = True
 
     def _error(self, e: HTTPError):
       self._send(
         e.status,
         {"error": {"message": str(e), "type": e.kind, "param": e.param, "code": e.code}},
+        e.headers,
       )
 
     def do_GET(self):
@@ -142,7 +174,18 @@ def make_server(
           body = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
           raise HTTPError(400, f"invalid JSON: {e}", code="invalid_json") from e
-        self._send(200, handle_completion(chat, model_name, body, counter))
+        if not pending.acquire(blocking=False):
+          raise HTTPError(
+            503,
+            f"{max_pending} requests are already waiting for the model; retry shortly",
+            code="overloaded",
+            headers={"Retry-After": "1"},
+          )
+        try:
+          response = handle_completion(chat, model_name, body, counter)
+        finally:
+          pending.release()
+        self._send(200, response)
       except HTTPError as e:
         self._error(e)
       except Exception as e:  # the model failed: report it, keep serving
@@ -154,6 +197,4 @@ def make_server(
 
     do_PUT = do_DELETE = do_PATCH = _not_allowed
 
-  server = ThreadingHTTPServer((host, port), Handler)
-  server.daemon_threads = True
-  return server
+  return _Server((host, port), Handler)
