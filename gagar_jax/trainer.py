@@ -68,8 +68,23 @@ def shaped_rewards(passed: np.ndarray, ranks: np.ndarray, coef: float) -> np.nda
   return (passed + coef * np.where(passed, score, 0.0)).astype(np.float32)
 
 
+def parse_profile_steps(spec: str) -> tuple[int, int] | None:
+  """`"a:b"` -> (a, b): trace RL steps a..b-1 (1-based, as printed); `""` -> None."""
+  if not spec:
+    return None
+  try:
+    a, b = (int(x) for x in spec.split(":"))
+  except ValueError:
+    raise ConfigError("profile_steps", f"must look like 'a:b' (e.g. '3:5'), got {spec!r}") from None
+  if not 1 <= a < b:
+    raise ConfigError("profile_steps", f"needs 1 <= a < b, got {spec!r}")
+  return a, b
+
+
 class Trainer:
-  def __init__(self, config, workdir: str):
+  def __init__(self, config, workdir: str, profile_steps: tuple[int, int] | None = None):
+    # RL steps [a, b) traced with jax.profiler into workdir/profile (TensorBoard/XProf).
+    self.profile_steps = profile_steps
     self.config, self.workdir = config, workdir
     self.learner_cfg, self.rollout_cfg = parse_config(config)  # before any compute
     from gagar_jax.data import builders, pipeline
@@ -254,8 +269,12 @@ class Trainer:
     if step == 0 and not curve:
       curve.append(self._evaluate(state, 0, key))
     try:
+      tracing = False
       while step < c.steps:
         step_key = jax.random.fold_in(key, step + 1)
+        if self.profile_steps and step + 1 == self.profile_steps[0]:
+          jax.profiler.start_trace(os.path.join(self.workdir, "profile"))
+          tracing = True
         self.grader_loop.round = step
         try:
           state, position, m = self.step(state, position, step_key)
@@ -264,6 +283,14 @@ class Trainer:
           raise
         step += 1
         steps_done += 1
+        if tracing and (step + 1 == self.profile_steps[1] or step == c.steps):
+          jax.profiler.stop_trace()
+          tracing = False
+          print(
+            f"[train] profile of steps {self.profile_steps[0]}..{step} in "
+            f"{os.path.join(self.workdir, 'profile')}",
+            flush=True,
+          )
         skipped += int(m["skipped"])
         m["skipped_steps"], m["data_position"] = float(skipped), float(position)
         self.writer.write(step, m, prefix="train")
@@ -289,6 +316,8 @@ class Trainer:
           curve.append(self._evaluate(state, step, key))
         save()
     finally:
+      if tracing:
+        jax.profiler.stop_trace()
       save(force=True)
     final = evaluation.policy_metrics(
       self.eval_engine.run(state.params, self.test_tasks, jax.random.fold_in(key, 10**7))

@@ -148,8 +148,13 @@ def test_steps_that_keep_no_group_are_skipped(warm_start):
     f"--config.data_dir={root / 'data'}",
     f"--config.init_from={root / 'policy'}",
     "--config.steps=2",
+    "--profile_steps=2:3",
   )
   assert "[train] step 2/2" in out and "skipped: no informative group, no update" in out
+  # --profile_steps=2:3 traced step 2 with jax.profiler into workdir/profile.
+  assert "[train] profile of steps 2..2" in out
+  traces = [f for _, _, fs in os.walk(os.path.join(workdir, "profile")) for f in fs]
+  assert any(f.endswith(".xplane.pb") for f in traces), traces
   records = [
     r for r in metrics.read(os.path.join(workdir, "metrics.jsonl")) if "train/skipped" in r
   ]
@@ -226,6 +231,13 @@ def test_bad_grader_sft_context_fails_before_compute():
   config.context = 4096
   with pytest.raises(ConfigError, match=r"^context: 4096 exceeds model.max_seq_len=1024"):
     sft.parse_config(config)
+
+
+@pytest.mark.parametrize("spec", ["3", "a:b", "5:5", "0:2", "4:2"])
+def test_bad_profile_steps_name_the_flag(spec):
+  with pytest.raises(ConfigError, match="profile_steps"):
+    trainer.parse_profile_steps(spec)
+  assert trainer.parse_profile_steps("") is None and trainer.parse_profile_steps("2:4") == (2, 4)
 
 
 def test_unknown_arm_in_config_arg():
