@@ -67,7 +67,11 @@ _MATCHED_STEPS = flags.DEFINE_integer(
   "matched_steps", grpo_matched_task.STEPS, "grpo_matched: steps (the first 5 not counted)."
 )
 _RL_STEPS = flags.DEFINE_integer("rl_steps", 6, "rl_step: RL steps (the first not counted).")
-_RL_ARM = flags.DEFINE_string("rl_arm", "gagar", "rl_step: the arm (gagar, gagar_lm, grpo...).")
+_RL_ARM = flags.DEFINE_string("rl_arm", "gagar", "rl_step: the arm (gagar, grpo, ...).")
+_RL_GRADER = flags.DEFINE_string("rl_grader", "rubric", "rl_step: the grader (rubric, lm, ...).")
+_RL_GRADER_WORKERS = flags.DEFINE_integer(
+  "rl_grader_workers", 0, "rl_step: grader.workers (0: config)."
+)
 
 
 def median_time(fn, repeats: int) -> float:
@@ -387,8 +391,11 @@ def bench_grpo_matched(rows):
 
 def bench_rl_step(rows):
   """The `make run` GAGAR step by phase (medians over steps 2..N)."""
-  med = rl_step_lib.run(_RL_STEPS.value, arm=_RL_ARM.value)
-  shape = f"make run config, {_RL_ARM.value}, {_RL_STEPS.value} steps"
+  overrides = {"grader.workers": _RL_GRADER_WORKERS.value} if _RL_GRADER_WORKERS.value else {}
+  med = rl_step_lib.run(
+    _RL_STEPS.value, arm=_RL_ARM.value, grader=_RL_GRADER.value, overrides=overrides
+  )
+  shape = f"make run config, {_RL_ARM.value}/{_RL_GRADER.value}, {_RL_STEPS.value} steps"
   for name, value in med.items():
     rows.append((f"RL step: {name}", shape, f"{value:.2f} s", "median"))
 

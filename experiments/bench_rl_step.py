@@ -53,11 +53,14 @@ class Timers:
     return out
 
 
-def run(steps: int, arm: str = "gagar", grader: str = "rubric", log=print) -> dict:
+def run(steps: int, arm: str = "gagar", grader: str = "rubric", log=print, overrides=None) -> dict:
   """Runs `steps` RL steps of the `make run` config; returns per-phase medians (s)."""
   timers = Timers()
   jax.monitoring.register_event_duration_secs_listener(timers.on_event)
   config = gagar.get_config(f"demo=True,arm={arm},grader={grader}")
+  for name, value in (overrides or {}).items():  # dotted names, e.g. grader.workers
+    section, _, leaf = name.rpartition(".")
+    setattr(config[section] if section else config, leaf, value)
   with tempfile.TemporaryDirectory() as workdir:
     trainer = trainer_lib.Trainer(config, workdir)
     try:

@@ -22,6 +22,7 @@ _PORT = flags.DEFINE_integer("port", 8000, "Port (0: any free port).")
 _MODEL = flags.DEFINE_string("model_name", "gagar-lm-grader", "The model id clients ask for.")
 _KEY = flags.DEFINE_string("api_key", "", "Required bearer key ('' -> $GAGAR_GRADER_API_KEY).")
 _VERBOSE = flags.DEFINE_bool("verbose", False, "Log every request.")
+_MAX_BATCH = flags.DEFINE_integer("max_batch", 8, "Requests batched into one device call.")
 _MAX_PENDING = flags.DEFINE_integer(
   "max_pending", 32, "Requests that may wait for the model; past that: 503 + Retry-After."
 )
@@ -30,7 +31,7 @@ _MAX_PENDING = flags.DEFINE_integer(
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  chat = lm_grader.load_chat_model(_GRADER.value)
+  chat = lm_grader.load_chat_model(_GRADER.value, max_batch=_MAX_BATCH.value)
   key = _KEY.value or os.environ.get("GAGAR_GRADER_API_KEY", "")
   httpd = server.make_server(
     chat,

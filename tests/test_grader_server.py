@@ -215,6 +215,40 @@ def _complete(chat):
   )
 
 
+def test_concurrent_requests_are_batched_and_answered_as_alone():
+  # Eight threads asking at once share device calls (batches of more than one row),
+  # and each greedy answer equals the one the same request gets alone.
+  chat = lm_grader.load_chat_model(GRADER)
+  asks = [
+    [
+      {
+        "role": "user",
+        "content": f"Issue: f({i}) returns {i + 1} but should return {i}.\nPassing: c1",
+      }
+    ]
+    for i in range(8)
+  ]
+  alone = [chat.complete(m, max_tokens=8) for m in asks]
+  assert set(chat.batch_sizes) == {1}
+  chat.batch_sizes.clear()
+  gate = threading.Barrier(len(asks))
+  together = [None] * len(asks)
+
+  def ask(i):
+    gate.wait()
+    together[i] = chat.complete(asks[i], max_tokens=8)
+
+  threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(asks))]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join(120)
+  assert max(chat.batch_sizes) > 1, chat.batch_sizes
+  assert sum(k * v for k, v in chat.batch_sizes.items()) == len(asks)
+  for a, b in zip(alone, together, strict=True):
+    assert a["choices"] == b["choices"] and a["usage"] == b["usage"]
+
+
 def test_64_concurrent_clients_are_all_answered_never_reset(served):
   # A burst of 64 clients on loopback (plus 8 that hang up at once): every client gets
   # 200, or 503 with Retry-After from the bounded queue (8 waiting); none is reset

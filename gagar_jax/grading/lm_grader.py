@@ -16,7 +16,9 @@ see the same tokens and, greedy, give the same rankings.
 from __future__ import annotations
 
 import json
+import queue
 import threading
+from concurrent import futures
 
 import jax
 
@@ -114,21 +116,78 @@ def action_message(text: str, call_id: str) -> tuple[dict, str]:
 
 
 class LocalChatModel:
-  """The project's model behind `complete(messages, ...)` (an OpenAI response dict)."""
+  """The project's model behind `complete(messages, ...)` (an OpenAI response dict).
+
+  Thread-safe and batching: concurrent `complete` calls (the grader loop's workers,
+  the HTTP server's handler threads) are queued to one device thread, which runs
+  every request waiting at that moment with the same sampling settings as one batch
+  (up to `max_batch` rows, padded to a power of two so a few shapes compile). A
+  greedy request's answer does not depend on its batch-mates: each row attends only
+  to its own cache. Sampled requests (temperature > 0) batch only with requests of
+  the same seed.
+  """
 
   def __init__(
-    self, tok, model_config, params, *, context: int = 1024, max_obs_tokens: int | None = 96
+    self,
+    tok,
+    model_config,
+    params,
+    *,
+    context: int = 1024,
+    max_obs_tokens: int | None = 96,
+    max_batch: int = 8,
   ):
+    if max_batch < 1:
+      raise ValueError(f"max_batch must be >= 1, got {max_batch}")
     self.tok, self.model_config = tok, model_config
     self.context = min(context, model_config.max_seq_len)
     self.max_obs_tokens = max_obs_tokens
+    self.max_batch = max_batch
     graphdef, _ = transformer.abstract(model_config)
     self.params = jax.device_put(params)
     self.sampler = sampler_lib.Sampler(
       model_config, graphdef, cache_size=self.context, pad_id=tok.pad_id
     )
     self.end = tok.token_id(transcript.END_ACTION)
-    self._lock = threading.Lock()  # one device call at a time (batch 1)
+    self.batch_sizes: dict[int, int] = {}  # rows per device call -> calls (for the bench)
+    self._queue: queue.Queue = queue.Queue()
+    self._worker = threading.Thread(target=self._serve, name="lm-grader-device", daemon=True)
+    self._worker.start()
+
+  def _serve(self):
+    """The device thread: drains the queue into batches of like requests."""
+    while True:
+      pending = [self._queue.get()]
+      while len(pending) < 64:
+        try:
+          pending.append(self._queue.get_nowait())
+        except queue.Empty:
+          break
+      batches: dict = {}
+      for item in pending:
+        batches.setdefault(item[1], []).append(item)
+      for like in batches.values():
+        for i in range(0, len(like), self.max_batch):
+          self._run(like[i : i + self.max_batch])
+
+  def _run(self, items):
+    (sampling, seed) = items[0][1]
+    rows = 1
+    while rows < len(items):
+      rows *= 2
+    prompts = [ids for ids, _, _ in items] + [[self.tok.pad_id]] * (rows - len(items))
+    active = [True] * len(items) + [False] * (rows - len(items))
+    try:
+      state = self.sampler.prefill(self.params, prompts)
+      _, out = self.sampler.generate(self.params, state, jax.random.key(seed), sampling, active)
+      tokens, count = jax.device_get((out.tokens, out.num_tokens))
+    except Exception as e:  # noqa: BLE001 - handed to every caller of this batch
+      for _, _, done in items:
+        done.set_exception(e)
+      return
+    self.batch_sizes[len(items)] = self.batch_sizes.get(len(items), 0) + 1
+    for row, (_, _, done) in enumerate(items):
+      done.set_result(tokens[row, : int(count[row])].tolist())
 
   def complete(
     self,
@@ -160,11 +219,10 @@ class LocalChatModel:
       eos_id=self.tok.eos_id,
       stop_sequences=((self.end,),),
     )
-    with self._lock:
-      state = self.sampler.prefill(self.params, [ids])
-      _, out = self.sampler.generate(self.params, state, jax.random.key(seed), sampling)
-      tokens, count = jax.device_get((out.tokens, out.num_tokens))
-    new = tokens[0, : int(count[0])].tolist()
+    done: futures.Future = futures.Future()
+    # Greedy decoding ignores the key, so every greedy request shares one batch key.
+    self._queue.put((ids, (sampling, seed if temperature > 0 else 0), done))
+    new = done.result()
     stopped = bool(new) and new[-1] in (self.end, self.tok.eos_id)
     text = self.tok.decode(new[:-1] if stopped else new).strip()
     turn = sum(1 for m in messages if m.get("role") == "assistant")
@@ -193,7 +251,7 @@ class LMGrader(agent.AgentGrader):
     return cls(load_chat_model(path), config, run_tests)
 
 
-def load_chat_model(path: str) -> LocalChatModel:
+def load_chat_model(path: str, max_batch: int = 8) -> LocalChatModel:
   """A grader folder (`policy_io` layout plus grader.json: context, max_obs_tokens)."""
   import os
 
@@ -208,4 +266,5 @@ def load_chat_model(path: str) -> LocalChatModel:
     params,
     context=settings["context"],
     max_obs_tokens=settings["max_obs_tokens"],
+    max_batch=max_batch,
   )

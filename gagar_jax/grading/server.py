@@ -7,10 +7,10 @@ Routes: POST /v1/chat/completions, GET /v1/models, GET /health. Errors are JSON
 `{"error": {"message", "type", "param", "code"}}` with a 4xx status for a bad
 request (invalid JSON, missing or malformed messages, unknown model, bad
 parameters, body too large, missing key when one is set, unsupported streaming)
-and 500 for a model failure; no request can stop the server. One model call runs
-at a time (the model is batch 1); concurrent requests queue, at most `max_pending`
-of them: past that a request gets 503 with `Retry-After` at once (the clients in
-`openai_grader` retry on it). The listen backlog holds `BACKLOG` connections, so a
+and 500 for a model failure; no request can stop the server. Concurrent requests
+are batched into shared device calls by `LocalChatModel`; at most `max_pending`
+wait at once: past that a request gets 503 with `Retry-After` at once (the clients
+in `openai_grader` retry on it). The listen backlog holds `BACKLOG` connections, so a
 burst of clients is queued by the kernel rather than reset, and a client that hangs
 up before its answer costs a closed socket, not a traceback.
 """
