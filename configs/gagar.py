@@ -74,6 +74,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # Keep only groups with passes and fails, redrawing up to max_rounds batches of tasks.
   c.rollout.dynamic_sampling = True
   c.rollout.max_rounds = 3
+  # Decode in chunks of this many tokens, dropping finished rows between chunks (0: off).
+  c.rollout.decode_chunk = 8
 
   # The learner (gagar_jax/learner/config.py).
   c.learner = ml_collections.ConfigDict()

@@ -43,6 +43,9 @@ class RolloutConfig:
   top_p: float = 1.0
   dynamic_sampling: bool = True
   max_rounds: int = 4
+  # Decode actions this many tokens at a time, moving the rows still generating into
+  # a smaller batch between chunks (0: one decode loop over every row).
+  decode_chunk: int = 8
 
   def __post_init__(self):
     check_positive_ints(
@@ -56,6 +59,7 @@ class RolloutConfig:
         "max_rounds",
       ),
     )
+    check(self.decode_chunk >= 0, "decode_chunk", f"must be >= 0, got {self.decode_chunk}")
     check(self.temperature >= 0, "temperature", f"must be >= 0, got {self.temperature}")
     check(
       self.max_episode_tokens > self.max_action_tokens + self.max_obs_tokens + 64,
@@ -111,6 +115,7 @@ class RolloutEngine:
       pad_id=tokenizer.pad_id,
       mesh=mesh,
       rules=rules,
+      decode_chunk=config.decode_chunk,
     )
     self.sampling = sampler_lib.SamplingParams(
       max_new_tokens=config.max_action_tokens,

@@ -114,6 +114,48 @@ def test_stop_sequence_and_eos_end_rows(sampler, nano_model):
       assert n == 20
 
 
+def test_compacting_decode_equals_one_loop(nano_config, nano_model):
+  # decode_chunk=3 moves the rows still generating into smaller batches between
+  # chunks; greedy output, finish reasons, the returned state and the next turn equal
+  # one decode loop over the whole batch.
+  graphdef, params = nano_model
+  prompts = PROMPTS + [[9, 8, 7], [33] * 5, [2, 4, 6, 8], [70, 71, 72]]
+  plain = sampler_lib.Sampler(nano_config, graphdef, cache_size=64, pad_id=0)
+  greedy = sampler_lib.SamplingParams(max_new_tokens=16, temperature=0.0)
+  _, ref = _generate(plain, params, prompts, jax.random.key(0), greedy)
+  ref = np.asarray(ref.tokens)
+  # Stop tokens that rows emit at different steps, so rows finish at different times.
+  stop = {int(ref[i, i % 5 + 1]) for i in range(0, len(prompts), 3)}
+  sampling = sampler_lib.SamplingParams(
+    max_new_tokens=16, temperature=0.0, stop_sequences=tuple((t,) for t in sorted(stop))
+  )
+  chunked = sampler_lib.Sampler(nano_config, graphdef, cache_size=64, pad_id=0, decode_chunk=3)
+  takes = []
+  take = chunked._take
+  chunked._take = lambda *a: takes.append(1) or take(*a)
+  results = []
+  for s in (plain, chunked):
+    active = np.ones(len(prompts), bool)
+    active[5] = False  # a finished conversation in the batch
+    state = s.prefill(params, prompts)
+    state, out = s.generate(params, state, jax.random.key(0), sampling, active)
+    state = s.append(params, state, [[1, 2]] * len(prompts))
+    state, out2 = s.generate(params, state, jax.random.key(1), sampling)
+    results.append((state, out, out2))
+  (ps, p1, p2), (cs, c1, c2) = results
+  assert takes, "no compaction happened"
+  counts = np.asarray(p1.num_tokens)
+  assert len(set(counts.tolist())) > 2 and counts[5] == 0
+  for a, b in ((p1, c1), (p2, c2)):
+    np.testing.assert_array_equal(a.tokens, b.tokens)
+    np.testing.assert_array_equal(a.mask, b.mask)
+    np.testing.assert_array_equal(a.num_tokens, b.num_tokens)
+    np.testing.assert_array_equal(a.finish_reason, b.finish_reason)
+    np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
+  np.testing.assert_array_equal(ps.lengths, cs.lengths)
+  np.testing.assert_allclose(ps.last_logits, cs.last_logits, atol=1e-5)
+
+
 def test_multi_turn_append_equals_reprefill(sampler, nano_config, nano_model):
   # Turn 1, then an observation appended to the cache, then turn 2, must equal
   # prefilling the whole transcript from scratch and decoding turn 2.
@@ -187,3 +229,35 @@ def test_sharded_sampler_equals_single_device(devices8, nano_config):
   np.testing.assert_array_equal(out2.tokens, ref2.tokens)
   with pytest.raises(ConfigError, match="sampler.batch_size"):
     sharded.prefill(params, PROMPTS[:3])
+
+
+def test_sharded_compacting_decode_equals_single_device(devices8, nano_config):
+  # Rows over data x fsdp (4 shards): sub-batches are multiples of 4 rows.
+  from gagar_jax import sharding
+  from gagar_jax.models import transformer
+
+  mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+  graphdef, params = transformer.init_sharded(nano_config, mesh, seed=1)
+  prompts = PROMPTS + [[9, 8, 7], [33] * 5, [2, 4, 6, 8], [70, 71, 72]]
+  single_params = jax.device_put(params, jax.devices()[0])
+  single = sampler_lib.Sampler(nano_config, graphdef, cache_size=64, pad_id=0)
+  greedy = sampler_lib.SamplingParams(max_new_tokens=16, temperature=0.0)
+  _, ref = _generate(single, single_params, prompts, jax.random.key(0), greedy)
+  stops = tuple(sorted({(int(np.asarray(ref.tokens)[i, 1]),) for i in (0, 3, 5, 6)}))
+  sampling = sampler_lib.SamplingParams(max_new_tokens=16, temperature=0.0, stop_sequences=stops)
+  sharded = sampler_lib.Sampler(
+    nano_config, graphdef, cache_size=64, pad_id=0, mesh=mesh, decode_chunk=3
+  )
+  takes = []
+  take = sharded._take
+  sharded._take = lambda *a: takes.append(1) or take(*a)
+  state, out = _generate(sharded, params, prompts, jax.random.key(0), sampling)
+  ref_state, want = _generate(single, single_params, prompts, jax.random.key(0), sampling)
+  assert takes, np.asarray(want.num_tokens)
+  assert len(set(np.asarray(want.num_tokens).tolist())) > 1
+  np.testing.assert_array_equal(out.tokens, want.tokens)
+  np.testing.assert_array_equal(out.finish_reason, want.finish_reason)
+  np.testing.assert_array_equal(state.lengths, ref_state.lengths)
+  assert state.cache[0].k.sharding.spec == sharding.logical_to_spec(
+    ("batch", "kv_heads", None, "head_dim"), None
+  )

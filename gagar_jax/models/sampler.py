@@ -173,10 +173,30 @@ def _forward_chunk(graphdef, params, state: SamplerState, tokens, counts):
   return SamplerState(cache, state.lengths + counts, logits)
 
 
+class DecodeCarry(NamedTuple):
+  """What a decode loop hands the next one when generation goes on in chunks."""
+
+  key: jax.Array
+  window: jax.Array  # int32 [B, W]: the last tokens, for stop-sequence matching
+  done: jax.Array  # bool [B]
+  reason: jax.Array  # int32 [B]
+
+
 def _decode(
-  graphdef, params, state: SamplerState, key, params_s: SamplingParams, pad_id: int, active
+  graphdef,
+  params,
+  state: SamplerState,
+  key,
+  params_s: SamplingParams,
+  pad_id: int,
+  active,
+  carry_in: DecodeCarry | None = None,
 ):
-  """The jitted decode loop (lax.while_loop; stops early when every row is done)."""
+  """The jitted decode loop (lax.while_loop; stops early when every row is done).
+
+  With `carry_in` (from a previous chunk) it continues that chunk's key sequence,
+  stop-sequence window and per-row state; `active` is then ignored. Returns
+  (state, SampleOutput, DecodeCarry)."""
   b = state.lengths.shape[0]
   n = params_s.max_new_tokens
   cache_size = state.cache[0].k.shape[2]
@@ -220,17 +240,33 @@ def _decode(
 
   tokens = jnp.full((b, n), pad_id, jnp.int32)
   logps = jnp.zeros((b, n), jnp.float32)
-  window = jnp.full((b, width), -2, jnp.int32)
-  done = (state.lengths >= cache_size) | ~active
-  reason = jnp.where(state.lengths >= cache_size, FINISH_CACHE_FULL, FINISH_LENGTH).astype(
-    jnp.int32
-  )
+  if carry_in is None:
+    window = jnp.full((b, width), -2, jnp.int32)
+    done = (state.lengths >= cache_size) | ~active
+    reason = jnp.where(state.lengths >= cache_size, FINISH_CACHE_FULL, FINISH_LENGTH).astype(
+      jnp.int32
+    )
+  else:
+    key, window, done, reason = carry_in
   count = jnp.zeros((b,), jnp.int32)
   carry = (jnp.int32(0), state, key, tokens, logps, window, done, reason, count)
-  _, state, _, tokens, logps, _, _, reason, count = jax.lax.while_loop(cond, body, carry)
+  _, state, key, tokens, logps, window, done, reason, count = jax.lax.while_loop(cond, body, carry)
   # Rows generate at consecutive steps from step 0 until they stop.
   mask = jnp.arange(n)[None, :] < count[:, None]
-  return state, SampleOutput(tokens, logps, mask, count, reason)
+  return (
+    state,
+    SampleOutput(tokens, logps, mask, count, reason),
+    DecodeCarry(key, window, done, reason),
+  )
+
+
+def _take_rows(tree, rows):
+  return jax.tree.map(lambda x: x[rows], tree)
+
+
+def _put_rows(full, part, rows):
+  # Row indices >= B (padding of a sub-batch) are dropped.
+  return jax.tree.map(lambda f, p: f.at[rows].set(p, mode="drop"), full, part)
 
 
 class Sampler:
@@ -246,6 +282,13 @@ class Sampler:
 
   Compiles once per (batch, chunk bucket, sampling params); chunks are padded to
   a power of two (at least `min_bucket`) to bound the number of compilations.
+
+  With `decode_chunk=k > 0`, `generate` decodes k tokens at a time and, between
+  chunks, moves the rows still generating into a smaller batch (a power of two times
+  the batch shards, at most half the current one). A decode step's cost grows with
+  the rows it carries (each attends over its whole cache), and in agent turns a few
+  long actions would otherwise keep every finished row in the loop. Greedy output is
+  unchanged; sampled tokens depend on the batch layout (the noise is drawn per batch).
   With a `mesh`, the cache and every per-row array are sharded along the logical
   `batch` axis (and kv heads along `kv_heads`), matching parameters laid out by
   `gagar_jax.sharding` with the same rules.
@@ -261,9 +304,13 @@ class Sampler:
     min_bucket: int = 16,
     mesh: jax.sharding.Mesh | None = None,
     rules=None,
+    decode_chunk: int = 0,
   ):
     if cache_size <= 0:
       raise ConfigError("sampler.cache_size", f"must be positive, got {cache_size}")
+    if decode_chunk < 0:
+      raise ConfigError("sampler.decode_chunk", f"must be >= 0, got {decode_chunk}")
+    self.decode_chunk = int(decode_chunk)
     self.graphdef = graphdef
     self.cache_size = int(cache_size)
     self.pad_id = int(pad_id)
@@ -281,12 +328,17 @@ class Sampler:
     self._chunk = jax.jit(
       functools.partial(_forward_chunk, graphdef), donate_argnums=(1,), out_shardings=state_out
     )
+    carry_out = None
+    if mesh is not None:
+      carry_out = DecodeCarry(NamedSharding(mesh, jax.sharding.PartitionSpec()), rows2, rows, rows)
     self._decode = jax.jit(
       functools.partial(_decode, graphdef),
       static_argnums=(3, 4),
       donate_argnums=(1,),
-      out_shardings=None if mesh is None else (state_out, output_out),
+      out_shardings=None if mesh is None else (state_out, output_out, carry_out),
     )
+    self._take = jax.jit(_take_rows, out_shardings=state_out)
+    self._put = jax.jit(_put_rows, donate_argnums=(0,), out_shardings=state_out)
 
   def _state_shardings(self) -> SamplerState:
     def named(*axes):
@@ -371,9 +423,71 @@ class Sampler:
     if active is None:
       active = np.ones((batch,), bool)
     active = np.asarray(active, bool)
+    if self.decode_chunk and sampling.max_new_tokens > self.decode_chunk:
+      return self._generate_compacting(params, state, key, sampling, active)
     if self._mesh is not None:
       active = sharding_lib.shard_batch(active, self._mesh, self._rules)
-    return self._decode(params, state, key, sampling, self.pad_id, active)
+    state, out, _ = self._decode(params, state, key, sampling, self.pad_id, active)
+    return state, out
+
+  def _generate_compacting(self, params, state, key, sampling, active):
+    """`generate` in chunks of `decode_chunk` tokens, dropping finished rows between them."""
+    batch, n = state.lengths.shape[0], sampling.max_new_tokens
+    shards = 1 if self._mesh is None else sharding_lib.batch_axes(self._mesh, self._rules)[1]
+    tokens = np.full((batch, n), self.pad_id, np.int32)
+    logps = np.zeros((batch, n), np.float32)
+    counts = np.zeros((batch,), np.int32)
+    reasons = np.zeros((batch,), np.int32)
+    rows = np.arange(batch)  # the full-batch row of each row of `part` (>= batch: padding)
+    full, part, carry, done = None, state, None, ~active
+    first = active
+    if self._mesh is not None:
+      first = sharding_lib.shard_batch(active, self._mesh, self._rules)
+    step = 0
+    while step < n:
+      chunk = dataclasses.replace(sampling, max_new_tokens=min(self.decode_chunk, n - step))
+      flags = first if carry is None else carry.done  # ignored once a carry exists
+      part, out, carry = self._decode(params, part, key, chunk, self.pad_id, flags, carry)
+      got, lp, cnt, why, done = jax.device_get(
+        (out.tokens, out.logprobs, out.num_tokens, out.finish_reason, carry.done)
+      )
+      for i, r in enumerate(rows):
+        if r < batch:
+          k, c = int(cnt[i]), int(counts[r])
+          tokens[r, c : c + k], logps[r, c : c + k] = got[i, :k], lp[i, :k]
+          counts[r], reasons[r] = c + k, why[i]
+      step += chunk.max_new_tokens
+      live = np.flatnonzero(~done & (rows < batch))
+      if not live.size or step >= n:
+        break
+      size = shards
+      while size < live.size:
+        size *= 2
+      if size > len(rows) // 2:
+        continue
+      # Rows still generating move into a batch of `size`; padding rows repeat a live
+      # row, are marked done, and are never written back.
+      pick = np.concatenate([live, np.full(size - live.size, live[0])])
+      full = part if full is None else self._put(full, part, self._shard(rows))
+      rows = np.concatenate([rows[live], np.full(size - live.size, batch)])
+      part = self._take(full, self._shard(np.where(rows < batch, rows, rows[0])))
+      window, why = jax.device_get((carry.window, carry.reason))
+      carry = DecodeCarry(
+        carry.key,
+        self._shard(window[pick]),
+        self._shard(rows >= batch),
+        self._shard(why[pick]),
+      )
+    if full is not None:
+      part = self._put(full, part, self._shard(rows))
+    mask = np.arange(n)[None, :] < counts[:, None]
+    return part, SampleOutput(tokens, logps, mask, counts, reasons)
+
+  def _shard(self, x):
+    x = np.asarray(x)
+    if self._mesh is None:
+      return jnp.asarray(x)
+    return sharding_lib.shard_batch(x, self._mesh, self._rules)
 
 
 def _naive_decode(graphdef, params, tokens, lengths, key, params_s: SamplingParams, pad_id: int):
