@@ -22,8 +22,8 @@ from gagar_jax.learner.step import Batch
 from gagar_jax.models import sampler as sampler_lib
 from gagar_jax.models import transformer
 
-# Longest prompt (bos + "banana orange") + 64 new tokens = 78, rounded up to a multiple of 8.
-SEQ_LEN = 80
+# Longest prompt (bos + "banana orange": 14 tokens) + 64 new tokens.
+SEQ_LEN = 14 + 64
 
 
 def learner_config() -> LearnerConfig:
