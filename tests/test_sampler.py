@@ -141,12 +141,18 @@ def test_compacting_decode_equals_one_loop(nano_config, nano_model):
     state, out = s.generate(params, state, jax.random.key(0), sampling, active)
     state = s.append(params, state, [[1, 2]] * len(prompts))
     state, out2 = s.generate(params, state, jax.random.key(1), sampling)
-    results.append((state, out, out2))
-  (ps, p1, p2), (cs, c1, c2) = results
+    # Few rows take part: the rest of the batch never enters the loop (nor the append).
+    few = np.zeros(len(prompts), bool)
+    few[[1, 4, 7]] = True
+    state = s.append(params, state, [[3, 4, 5] if f else [] for f in few])
+    state, out3 = s.generate(params, state, jax.random.key(2), sampling, few)
+    results.append((state, out, out2, out3))
+  (ps, p1, p2, p3), (cs, c1, c2, c3) = results
   assert takes, "no compaction happened"
   counts = np.asarray(p1.num_tokens)
   assert len(set(counts.tolist())) > 2 and counts[5] == 0
-  for a, b in ((p1, c1), (p2, c2)):
+  assert not np.asarray(p3.num_tokens)[~few].any()
+  for a, b in ((p1, c1), (p2, c2), (p3, c3)):
     np.testing.assert_array_equal(a.tokens, b.tokens)
     np.testing.assert_array_equal(a.mask, b.mask)
     np.testing.assert_array_equal(a.num_tokens, b.num_tokens)

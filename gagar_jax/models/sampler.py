@@ -397,8 +397,28 @@ class Sampler:
           f"row {i}: {len(s)} new tokens exceed the {room[i]} free cache slots "
           f"(cache_size={self.cache_size})"
         )
-    tokens, counts = self._pad(seqs)
-    return self._chunk(params, state, tokens, counts)
+    size, rows = self._sub_batch(np.flatnonzero([len(x) > 0 for x in seqs]), len(seqs))
+    if size is None:
+      tokens, counts = self._pad(seqs)
+      return self._chunk(params, state, tokens, counts)
+    # With decode_chunk, only the rows that receive tokens run (in a smaller batch).
+    batch = len(seqs)
+    part = self._take(state, self._shard(np.where(rows < batch, rows, rows[0])))
+    tokens, counts = self._pad([seqs[r] if r < batch else [] for r in rows])
+    part = self._chunk(params, part, tokens, counts)
+    return self._put(state, part, self._shard(rows))
+
+  def _sub_batch(self, live: np.ndarray, batch: int):
+    """(size, rows) of a smaller batch holding rows `live` (padding rows = `batch`), or
+    (None, None) when chunked decoding is off or the batch would not be at most half."""
+    if not self.decode_chunk or not live.size:
+      return None, None
+    size = 1 if self._mesh is None else sharding_lib.batch_axes(self._mesh, self._rules)[1]
+    while size < live.size:
+      size *= 2
+    if size > batch // 2:
+      return None, None
+    return size, np.concatenate([live, np.full(size - live.size, batch)])
 
   def prefill(self, params, prompts: Sequence[Sequence[int]]) -> SamplerState:
     """A new batch of conversations holding `prompts` (each non-empty)."""
@@ -433,16 +453,31 @@ class Sampler:
   def _generate_compacting(self, params, state, key, sampling, active):
     """`generate` in chunks of `decode_chunk` tokens, dropping finished rows between them."""
     batch, n = state.lengths.shape[0], sampling.max_new_tokens
-    shards = 1 if self._mesh is None else sharding_lib.batch_axes(self._mesh, self._rules)[1]
     tokens = np.full((batch, n), self.pad_id, np.int32)
     logps = np.zeros((batch, n), np.float32)
     counts = np.zeros((batch,), np.int32)
-    reasons = np.zeros((batch,), np.int32)
+    lengths = np.asarray(jax.device_get(state.lengths))
+    full_cache = lengths >= self.cache_size
+    reasons = np.where(full_cache, FINISH_CACHE_FULL, FINISH_LENGTH).astype(np.int32)
     rows = np.arange(batch)  # the full-batch row of each row of `part` (>= batch: padding)
     full, part, carry, done = None, state, None, ~active
     first = active
     if self._mesh is not None:
       first = sharding_lib.shard_batch(active, self._mesh, self._rules)
+    live = np.flatnonzero(active)
+    size, slots = self._sub_batch(live, batch)
+    if size is not None:  # few rows take part at all: start in a smaller batch
+      real = slots < batch
+      pick = np.where(real, slots, live[0])
+      full, rows = state, np.where(real, pick, batch)
+      part = self._take(full, self._shard(pick))
+      width = _stop_table(sampling.stop_sequences).shape[1]
+      carry = DecodeCarry(
+        key,
+        self._shard(np.full((size, width), -2, np.int32)),
+        self._shard(~real | full_cache[pick]),
+        self._shard(reasons[pick]),
+      )
     step = 0
     while step < n:
       chunk = dataclasses.replace(sampling, max_new_tokens=min(self.decode_chunk, n - step))
@@ -460,16 +495,15 @@ class Sampler:
       live = np.flatnonzero(~done & (rows < batch))
       if not live.size or step >= n:
         break
-      size = shards
-      while size < live.size:
-        size *= 2
-      if size > len(rows) // 2:
+      size, slots = self._sub_batch(live, len(rows))
+      if size is None:
         continue
       # Rows still generating move into a batch of `size`; padding rows repeat a live
       # row, are marked done, and are never written back.
-      pick = np.concatenate([live, np.full(size - live.size, live[0])])
+      real = slots < len(rows)
+      pick = np.where(real, slots, live[0])
       full = part if full is None else self._put(full, part, self._shard(rows))
-      rows = np.concatenate([rows[live], np.full(size - live.size, batch)])
+      rows = np.where(real, rows[pick], batch)
       part = self._take(full, self._shard(np.where(rows < batch, rows, rows[0])))
       window, why = jax.device_get((carry.window, carry.reason))
       carry = DecodeCarry(
