@@ -20,8 +20,6 @@ shared machine even when absolute numbers move.
 from __future__ import annotations
 
 import json
-import statistics
-import time
 
 import bench_grpo_matched as grpo_matched_lib
 import bench_rl_step as rl_step_lib
@@ -31,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 from flax import nnx
+from timing import median_time
 
 from configs import model_sizes
 from gagar_jax import advantages, sharding
@@ -72,16 +71,6 @@ _RL_GRADER = flags.DEFINE_string("rl_grader", "rubric", "rl_step: the grader (ru
 _RL_GRADER_WORKERS = flags.DEFINE_integer(
   "rl_grader_workers", 0, "rl_step: grader.workers (0: config)."
 )
-
-
-def median_time(fn, repeats: int) -> float:
-  jax.block_until_ready(fn())  # compile + warm up
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(fn())
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
 
 
 def matmul_peak(n: int, dtype, repeats: int) -> float:

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import time
 
 import jax
 import numpy as np
 from absl import app, flags
 from ml_collections import config_flags
+from timing import median_time
 
 from gagar_jax import sharding
 from gagar_jax.errors import ConfigError
@@ -46,17 +46,6 @@ def demo_corpus(n: int, seed: int = 0) -> list[str]:
       f"{tokenizers.IM_START}assistant\nEDIT {name}\n{body}{END_ACTION}"
     )
   return out
-
-
-def _timed(fn, repeats: int) -> float:
-  """Median wall time of `fn()` (after one warm-up call that compiles)."""
-  jax.block_until_ready(fn())
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(fn())
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
 
 
 def run(config, workdir: str) -> dict:
@@ -133,11 +122,11 @@ def run(config, workdir: str) -> dict:
   )
   equal = bool(np.array_equal(np.asarray(cached.tokens), np.asarray(naive_tokens)))
   new_tokens = len(prompts) * greedy.max_new_tokens
-  t_cache = _timed(
+  t_cache = median_time(
     lambda: sampler.generate(params, sampler.prefill(params, prompts), key, greedy)[1].tokens,
     config.timing_repeats,
   )
-  t_naive = _timed(
+  t_naive = median_time(
     lambda: sampler_lib.generate_without_cache(
       graphdef, params, prompts, key, greedy, pad_id=tok.pad_id
     )[0],

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import sys
 import threading
 import time
 import traceback
@@ -46,8 +47,6 @@ class _Server(ThreadingHTTPServer):
   daemon_threads = True
 
   def handle_error(self, request, client_address):
-    import sys
-
     if isinstance(sys.exc_info()[1], _GONE):  # the client hung up: nothing to report
       return
     super().handle_error(request, client_address)

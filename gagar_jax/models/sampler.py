@@ -460,10 +460,8 @@ class Sampler:
     full_cache = lengths >= self.cache_size
     reasons = np.where(full_cache, FINISH_CACHE_FULL, FINISH_LENGTH).astype(np.int32)
     rows = np.arange(batch)  # the full-batch row of each row of `part` (>= batch: padding)
-    full, part, carry, done = None, state, None, ~active
-    first = active
-    if self._mesh is not None:
-      first = sharding_lib.shard_batch(active, self._mesh, self._rules)
+    full, part, carry = None, state, None
+    first = self._shard(active)
     live = np.flatnonzero(active)
     size, slots = self._sub_batch(live, batch)
     if size is not None:  # few rows take part at all: start in a smaller batch
@@ -503,8 +501,9 @@ class Sampler:
       real = slots < len(rows)
       pick = np.where(real, slots, live[0])
       full = part if full is None else self._put(full, part, self._shard(rows))
-      rows = np.where(real, rows[pick], batch)
-      part = self._take(full, self._shard(np.where(rows < batch, rows, rows[0])))
+      gather = rows[pick]
+      rows = np.where(real, gather, batch)
+      part = self._take(full, self._shard(gather))
       window, why = jax.device_get((carry.window, carry.reason))
       carry = DecodeCarry(
         carry.key,
