@@ -8,6 +8,8 @@
     python experiments/train.py --config=configs/gagar.py:grader=lm --workdir=runs/gagar_lm
     python experiments/train.py --config=configs/gagar.py:arm=reward_shaping \\
         --config.learner.advantage.scheme=exponential --workdir=runs/shaping
+    python experiments/train.py --config=configs/gagar.py \\
+        --config.init_from=/path/to/Qwen2.5-Coder-0.5B-Instruct --workdir=runs/qwen  # HF folder
 
 Arms: grpo (no grading), gagar (rank-weighted, sum-preserving redistribution),
 gagar_no_rescale (weights without rescaling: total credit shrinks), reward_shaping
@@ -43,14 +45,20 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.seed = args.seed
   # Where TFDS datasets are built and read.
   c.data_dir = "data/tfds"
-  # Pre-RL policy: a folder with tokenizer/ and params.safetensors (experiments/sft.py
-  # writes one with --export); the repository ships assets/pre_rl.
+  # Pre-RL policy: a policy folder (tokenizer/, model.json, params.safetensors; what
+  # experiments/sft.py --export writes; the repository ships assets/pre_rl) or a Hugging
+  # Face Qwen2 / Llama folder (config.json, safetensors, tokenizer.json + chat template).
   c.init_from = "assets/pre_rl"
+  # A chat template (.jinja file or Jinja text) replacing the checkpoint's ("" = its own).
+  c.chat_template = ""
   # RL steps.
   c.steps = 40
   # Groups (tasks) per step; each holds rollout.group_size trajectories.
   c.num_groups = 8
-  # Model shape preset; must match the warm start (vocab_size comes from its tokenizer).
+  # Model shape preset; must match a policy-folder warm start (vocab_size comes from its
+  # tokenizer). With an HF init_from every shape field comes from its config.json and
+  # only dtype, param_dtype and max_seq_len may be changed here.
+  c.model_preset = size
   c.model = model_sizes.get_config(size)
   c.mesh = common.mesh_config()
   c.sharding_rules = common.sharding_rules()
@@ -76,6 +84,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.rollout.max_rounds = 3
   # Decode in chunks of this many tokens, dropping finished rows between chunks (0: off).
   c.rollout.decode_chunk = 8
+  # System message: auto (the action grammar and an example, unless the tokenizer has the
+  # project's end-of-action token), grammar or none.
+  c.rollout.system_prompt = "auto"
 
   # The learner (gagar_jax/learner/config.py).
   c.learner = ml_collections.ConfigDict()

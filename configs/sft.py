@@ -3,6 +3,8 @@
     python experiments/sft.py --config=configs/sft.py --workdir=runs/sft
     python experiments/sft.py --config=configs/sft.py:size=small --config.sft.steps=4000 \\
         --workdir=runs/sft_small
+    python experiments/sft.py --config=configs/sft.py --config.init_from=/path/to/hf_folder \\
+        --workdir=runs/sft_qwen --export=runs/sft_qwen/policy
     # the calibration run quoted in results/calibration.md:
     python experiments/sft.py --config=configs/sft.py --config.time_budget_minutes=20 \\
         --workdir=runs/calibration
@@ -24,7 +26,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.data_dir = "data/tfds"
   # Stop training after this many minutes even if sft.steps is not reached (0 = no limit).
   c.time_budget_minutes = 0.0
-  # Model shape preset (configs/model_sizes.py); vocab_size follows the tokenizer.
+  # Start from this policy or Hugging Face folder ("" = random weights and a BPE trained
+  # on the demonstrations). With an HF folder the model shape and tokenizer are its own.
+  c.init_from = ""
+  # A chat template (.jinja file or Jinja text) replacing the checkpoint's ("" = its own).
+  c.chat_template = ""
+  # Model shape preset (configs/model_sizes.py); vocab_size follows the tokenizer. With an
+  # HF init_from only dtype, param_dtype and max_seq_len may differ from its config.json.
+  c.model_preset = args.size
   c.model = model_sizes.get_config(args.size)
   # BPE vocabulary trained on the demonstrations (bytes + specials + merges).
   c.tokenizer_vocab_size = 512
@@ -75,6 +84,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.rollout.max_obs_tokens = 64
   c.rollout.max_episode_tokens = 448
   c.rollout.temperature = 1.0
+  # System message: auto (the action grammar unless the tokenizer has the end-of-action
+  # token), grammar or none. Demonstrations are encoded with the same one.
+  c.rollout.system_prompt = "auto"
 
   # Checkpoints under workdir/checkpoints.
   c.checkpoint_every = 500
@@ -84,7 +96,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   if args.runlocal:  # tests: seconds, not minutes
     c.suite.n_train, c.suite.n_validation, c.suite.n_test = 48, 8, 8
-    c.model = model_sizes.get_config("nano")
+    c.model_preset, c.model = "nano", model_sizes.get_config("nano")
     c.tokenizer_vocab_size = 320
     c.sft.steps, c.sft.batch_size, c.sft.warmup_steps = 6, 8, 2
     c.eval.every_steps, c.eval.tasks, c.eval.final_tasks, c.eval.group_size = 3, 2, 2, 2

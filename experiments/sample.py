@@ -1,6 +1,19 @@
-"""Sampler demo: batched, multi-turn KV-cache sampling, checked against re-forward decoding.
+"""Chat with a policy through its chat template; or the sampler demo.
 
+    # any policy folder or Hugging Face folder, through its own template:
+    python experiments/sample.py --policy=assets/pre_rl --prompt="Issue: add(2, 3) returns -1"
+    python experiments/sample.py --policy=/path/to/Qwen2.5-Coder-0.5B-Instruct \
+        --system=grammar --prompt="Issue: ..." --prompt="ok: ..." --temperature=0.7
+    # the sampler demo (no --policy):
     python experiments/sample.py --config=configs/sampler_demo.py --workdir=runs/sampler_demo
+
+With `--policy`, each `--prompt` is a user turn; the conversation is rendered with
+the policy's template (generation prompt added) and the reply is sampled until EOS,
+the template's end-of-turn token or `<|end_action|>`, then printed. `--system`:
+"grammar" sends the agent's system message (the action grammar and an example),
+any other text is sent as the system message, "" sends none.
+
+Sampler demo:
 
 Trains a BPE on a small generated Python corpus, initialises the policy model
 straight into its sharded layout, samples a batch of chat prompts of different
@@ -178,12 +191,81 @@ def _report(tok, out: sampler_lib.SampleOutput) -> list[dict]:
   return rows
 
 
+def chat(
+  policy_dir: str,
+  prompts: list[str],
+  *,
+  system: str = "",
+  max_new_tokens: int = 128,
+  temperature: float = 0.0,
+  seed: int = 0,
+  chat_template: str = "",
+) -> list[str]:
+  """The policy's replies to the user turns `prompts`, one conversation, in its template."""
+  from gagar_jax import policy_io
+  from gagar_jax.envs import transcript
+
+  tok, model_cfg, params = policy_io.load(policy_dir, chat_template_spec=chat_template)
+  fmt = transcript.AgentFormat(tok)
+  graphdef, _ = transformer.abstract(model_cfg)
+  params = jax.device_put(params)
+  messages = []
+  if system:
+    messages.append(
+      {"role": "system", "content": transcript.system_message() if system == "grammar" else system}
+    )
+  sampling = sampler_lib.SamplingParams(
+    max_new_tokens=max_new_tokens,
+    temperature=temperature,
+    eos_id=tok.eos_id,
+    stop_sequences=tuple((i,) for i in fmt.stop_token_ids),
+  )
+  stop = sampler_lib.StopStrings(fmt.stop_strings, tok.decode)
+  replies = []
+  for turn, prompt in enumerate(prompts):
+    messages.append({"role": "user", "content": prompt})
+    ids = tok.chat(messages, add_generation_prompt=True)
+    cache = min(model_cfg.max_seq_len, len(ids) + max_new_tokens)
+    sampler = sampler_lib.Sampler(model_cfg, graphdef, cache_size=cache, pad_id=tok.pad_id)
+    state = sampler.prefill(params, [ids])
+    _, out = sampler.generate(
+      params, state, jax.random.key(seed * 1000 + turn), sampling, stop_strings=stop
+    )
+    n = int(out.num_tokens[0])
+    reply = fmt.action_text(np.asarray(out.tokens[0, :n]).tolist())
+    finish = sampler_lib.FINISH_NAMES[int(out.finish_reason[0])]
+    print(f"[user] {prompt}\n[assistant] ({n} tokens, {finish}) {reply}", flush=True)
+    messages.append({"role": "assistant", "content": reply})
+    replies.append(reply)
+  return replies
+
+
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/sampler_demo.py", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", "runs/sampler_demo", "Where outputs are written.")
+_POLICY = flags.DEFINE_string("policy", "", "A policy or HF folder to chat with.")
+_PROMPT = flags.DEFINE_multi_string("prompt", [], "A user turn (repeat for more turns).")
+_SYSTEM = flags.DEFINE_string("system", "", '"grammar", a system message, or "" for none.')
+_MAX_NEW = flags.DEFINE_integer("max_new_tokens", 128, "Tokens per reply at most.")
+_TEMPERATURE = flags.DEFINE_float("temperature", 0.0, "0 = greedy.")
+_SEED = flags.DEFINE_integer("seed", 0, "Sampling seed.")
+_TEMPLATE = flags.DEFINE_string("chat_template", "", "A .jinja file replacing the policy's.")
 
 
 def main(argv):
   del argv
+  if _POLICY.value:
+    if not _PROMPT.value:
+      raise app.UsageError("--policy needs at least one --prompt")
+    chat(
+      _POLICY.value,
+      _PROMPT.value,
+      system=_SYSTEM.value,
+      max_new_tokens=_MAX_NEW.value,
+      temperature=_TEMPERATURE.value,
+      seed=_SEED.value,
+      chat_template=_TEMPLATE.value,
+    )
+    return
   run(_CONFIG.value, _WORKDIR.value)
 
 

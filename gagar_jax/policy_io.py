@@ -1,11 +1,22 @@
-"""A portable policy folder: `tokenizer/`, `model.json` and `params.safetensors`.
+"""Policy folders in and out: the project's own, or a Hugging Face checkpoint.
 
-What `experiments/sft.py --export=DIR` writes and `configs/gagar.py:init_from` reads
-(the repository ships the pre-RL policy of `make run` this way, in assets/pre_rl).
+A *policy folder* holds `tokenizer/` (with its chat template), `model.json` and
+`params.safetensors`: what `experiments/sft.py --export=DIR` and an RL run's
+`workdir/policy` write (the repository ships the pre-RL policy of `make run` this
+way, in assets/pre_rl). An *HF folder* holds a Qwen2 / Llama `config.json`,
+`model.safetensors` (or shards with `model.safetensors.index.json`), `tokenizer.json`,
+`tokenizer_config.json` and a chat template (in it, or in `chat_template.jinja`);
+`experiments/export_hf.py` writes one from a policy folder.
+
+`open_policy` reads and checks everything but the weights (so a config error comes
+before any compute); `load` then reads the weights, straight into the sharded layout
+when given a mesh.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import os
 
@@ -15,10 +26,174 @@ from flax import nnx
 from safetensors.numpy import load_file, save_file
 
 from gagar_jax.errors import ConfigError
-from gagar_jax.models import tokenizers, transformer
+from gagar_jax.models import chat_template, hf_import, tokenizers, transformer
+
+SHAPE_FIELDS = ("embed_dim", "num_layers", "num_heads", "num_kv_heads", "head_dim", "mlp_dim")
+# What a config may change on an HF checkpoint (numerics and a shorter context).
+SAFE_OVERRIDES = ("dtype", "param_dtype", "max_seq_len")
+
+
+@dataclasses.dataclass
+class Policy:
+  """A policy folder opened without its weights (see `open_policy`)."""
+
+  path: str
+  kind: str  # "policy" or "hf"
+  tok: tokenizers.HFTokenizer
+  model_config: transformer.ModelConfig
+
+
+def kind(path: str) -> str:
+  """ "policy" or "hf"; a ConfigError saying what is missing for a folder of neither kind."""
+  if not os.path.isdir(path):
+    raise ConfigError("init_from", f"{path!r} is not a folder")
+  has = set(os.listdir(path))
+  if "params.safetensors" in has:
+    missing = [f for f in ("model.json", "tokenizer") if f not in has]
+    if missing:
+      raise ConfigError("init_from", f"policy folder {path!r} lacks {', '.join(missing)}")
+    return "policy"
+  if "config.json" in has:
+    missing = []
+    if not has & {"model.safetensors", "model.safetensors.index.json"}:
+      missing.append("model.safetensors (or model.safetensors.index.json)")
+    if "tokenizer.json" not in has:
+      missing.append("tokenizer.json")
+    if missing:
+      raise ConfigError("init_from", f"HF folder {path!r} lacks {', '.join(missing)}")
+    return "hf"
+  raise ConfigError(
+    "init_from",
+    f"{path!r} is neither a policy folder (params.safetensors, model.json, tokenizer/) "
+    "nor a Hugging Face folder (config.json, model.safetensors, tokenizer.json); "
+    "make a policy with experiments/sft.py --export=DIR",
+  )
+
+
+def _hf_model_config(path: str, overrides, preset) -> transformer.ModelConfig:
+  """The checkpoint's shape; `overrides` (config.model) may set only SAFE_OVERRIDES.
+
+  Fields of `overrides` equal to the size `preset` they came from are not the user's
+  (the presets describe the project's policies) and are ignored.
+  """
+  try:
+    saved = hf_import.read_config(path)
+  except (ValueError, KeyError) as e:
+    raise ConfigError("init_from", f"{path}/config.json: {e}") from None
+  fields = {f: getattr(saved, f) for f in saved.__dataclass_fields__}
+  for field, value in dict(overrides or {}).items():
+    if field not in fields or (preset is not None and preset.get(field) == value):
+      continue
+    if value == fields[field] or (isinstance(value, dict) and value == dict(fields[field] or {})):
+      continue
+    if field not in SAFE_OVERRIDES:
+      raise ConfigError(
+        f"model.{field}",
+        f"{value!r} contradicts the checkpoint {path}/config.json ({fields[field]!r}); "
+        f"with an HF init_from only {', '.join(SAFE_OVERRIDES)} may be set",
+      )
+    if field == "max_seq_len" and value > fields[field]:
+      raise ConfigError(
+        "model.max_seq_len",
+        f"{value} exceeds the checkpoint's max_position_embeddings={fields[field]}",
+      )
+    fields[field] = value
+  return transformer.ModelConfig.from_dict(fields)
+
+
+def open_policy(path: str, model_overrides=None, *, preset=None, chat_template_spec=""):
+  """Reads and checks a policy or HF folder, all but its weights; returns a `Policy`.
+
+  Args:
+    path: the folder.
+    model_overrides: the experiment's `config.model`. A policy folder's shape must
+      agree with it; an HF folder's shape comes from its config.json, and the
+      overrides may change only SAFE_OVERRIDES.
+    preset: the size preset `config.model` came from (a dict), if any.
+    chat_template_spec: a template to use instead of the folder's (`.jinja` path or text).
+  """
+  what = kind(path)
+  tok_dir = os.path.join(path, "tokenizer") if what == "policy" else path
+  try:
+    tok = tokenizers.HFTokenizer.from_file(tok_dir, chat_template=chat_template_spec)
+  except chat_template.TemplateError as e:
+    raise ConfigError("chat_template", str(e)) from None
+  except (ValueError, OSError) as e:
+    raise ConfigError("init_from", f"tokenizer of {path}: {e}") from None
+  if tok.template is None:
+    raise ConfigError(
+      "chat_template",
+      f"the tokenizer in {tok_dir} has no chat template (neither chat_template.jinja nor "
+      "tokenizer_config.json's chat_template); set config.chat_template to a .jinja file",
+    )
+  if what == "policy":
+    saved = read_model_config(path)
+    for key in SHAPE_FIELDS:
+      given = model_overrides is not None and key in model_overrides
+      if given and model_overrides[key] != saved[key]:
+        raise ConfigError(
+          f"model.{key}",
+          f"{model_overrides[key]} does not match the warm start in {path} ({saved[key]})",
+        )
+    model_config = transformer.ModelConfig.from_dict(saved)
+  else:
+    model_config = _hf_model_config(path, model_overrides, preset)
+  if tok.vocab_size > model_config.vocab_size:
+    raise ConfigError(
+      "init_from",
+      f"the tokenizer of {path} has {tok.vocab_size} tokens but the embedding only "
+      f"{model_config.vocab_size} rows",
+    )
+  return Policy(path, what, tok, model_config)
+
+
+def open_from_config(config) -> Policy:
+  """`open_policy` on an experiment config's `init_from`, `model` (from the size preset
+  `model_preset`) and `chat_template`."""
+  preset = None
+  if config.get("model_preset"):
+    from configs import model_sizes
+
+    preset = model_sizes.get_config(config.model_preset).to_dict()
+  return open_policy(
+    config.init_from,
+    config.model,
+    preset=preset,
+    chat_template_spec=config.get("chat_template", ""),
+  )
+
+
+def load_weights(policy: Policy, *, mesh=None, rules=None) -> nnx.State:
+  """The parameters of an opened policy (host arrays, or sharded over `mesh`)."""
+  if policy.kind == "hf":
+    return hf_import.load_params(policy.path, policy.model_config, mesh=mesh, rules=rules)
+  _, abstract = transformer.abstract(policy.model_config)
+  arrays = load_file(os.path.join(policy.path, "params.safetensors"))
+  flat = []
+  for k, var in nnx.to_flat_state(abstract):
+    name = "/".join(map(str, k))
+    if name not in arrays or arrays[name].shape != var.get_value().shape:
+      raise ValueError(f"{policy.path}: parameter {name} missing or of the wrong shape")
+    var.set_value(np.asarray(arrays[name]).astype(var.get_value().dtype))
+    flat.append((k, var))
+  params = nnx.from_flat_state(flat)
+  if mesh is not None:
+    from gagar_jax import sharding
+
+    params = jax.device_put(params, sharding.param_shardings(params, mesh, rules))
+  return params
+
+
+def load(
+  path: str, model_overrides=None, *, preset=None, chat_template_spec="", mesh=None, rules=None
+):
+  """(tokenizer, ModelConfig, params) of a policy or HF folder (see `open_policy`)."""
+  policy = open_policy(path, model_overrides, preset=preset, chat_template_spec=chat_template_spec)
+  return policy.tok, policy.model_config, load_weights(policy, mesh=mesh, rules=rules)
 
 
 def export(path: str, tok, model_config: transformer.ModelConfig, params) -> None:
+  """Writes a policy folder (the tokenizer keeps its config and chat template)."""
   os.makedirs(path, exist_ok=True)
   tok.save(os.path.join(path, "tokenizer"))
   with open(os.path.join(path, "model.json"), "w") as f:
@@ -33,45 +208,26 @@ def export(path: str, tok, model_config: transformer.ModelConfig, params) -> Non
 
 
 def fingerprint(path: str) -> str:
-  """sha256 of the folder's parameters: tells whether a warm start changed."""
-  import hashlib
-
+  """sha256 of the folder's weight files: tells whether a warm start changed."""
+  names = ["params.safetensors"] if kind(path) == "policy" else _hf_weight_files(path)
   h = hashlib.sha256()
-  with open(os.path.join(path, "params.safetensors"), "rb") as f:
-    for chunk in iter(lambda: f.read(1 << 20), b""):
-      h.update(chunk)
+  for name in names:
+    h.update(name.encode())
+    with open(os.path.join(path, name), "rb") as f:
+      for chunk in iter(lambda: f.read(1 << 20), b""):
+        h.update(chunk)
   return h.hexdigest()
+
+
+def _hf_weight_files(path: str) -> list[str]:
+  index = os.path.join(path, "model.safetensors.index.json")
+  if os.path.exists(index):
+    with open(index) as f:
+      return sorted(set(json.load(f)["weight_map"].values()))
+  return ["model.safetensors"]
 
 
 def read_model_config(path: str) -> dict:
   """The folder's `model.json` (shape fields and max_seq_len), without loading weights."""
   with open(os.path.join(path, "model.json")) as f:
     return json.load(f)
-
-
-def load(path: str, model_overrides=None):
-  """(tokenizer, ModelConfig, params `nnx.State` on the host).
-
-  `model_overrides` (the experiment's `config.model`) must agree with the saved
-  shape; a mismatch is a ConfigError naming the field.
-  """
-  tok = tokenizers.HFTokenizer.from_file(os.path.join(path, "tokenizer"))
-  saved = read_model_config(path)
-  if model_overrides is not None:
-    for key in ("embed_dim", "num_layers", "num_heads", "num_kv_heads", "head_dim", "mlp_dim"):
-      if key in model_overrides and model_overrides[key] != saved[key]:
-        raise ConfigError(
-          f"model.{key}",
-          f"{model_overrides[key]} does not match the warm start in {path} ({saved[key]})",
-        )
-  model_config = transformer.ModelConfig.from_dict(saved)
-  _, abstract = transformer.abstract(model_config)
-  arrays = load_file(os.path.join(path, "params.safetensors"))
-  flat = []
-  for k, var in nnx.to_flat_state(abstract):
-    name = "/".join(map(str, k))
-    if name not in arrays or arrays[name].shape != var.get_value().shape:
-      raise ValueError(f"{path}: parameter {name} missing or of the wrong shape")
-    var.set_value(np.asarray(arrays[name]))
-    flat.append((k, var))
-  return tok, model_config, nnx.from_flat_state(flat)

@@ -46,6 +46,9 @@ class RolloutConfig:
   # Decode actions this many tokens at a time, moving the rows still generating into
   # a smaller batch between chunks (0: one decode loop over every row).
   decode_chunk: int = 8
+  # The system message: auto (the action grammar unless the tokenizer has the
+  # end-of-action token, i.e. the project's policies), grammar, or none.
+  system_prompt: str = "auto"
 
   def __post_init__(self):
     check_positive_ints(
@@ -61,6 +64,11 @@ class RolloutConfig:
     )
     check(self.decode_chunk >= 0, "decode_chunk", f"must be >= 0, got {self.decode_chunk}")
     check(self.temperature >= 0, "temperature", f"must be >= 0, got {self.temperature}")
+    check(
+      self.system_prompt in transcript.SYSTEM_MODES,
+      "system_prompt",
+      f"must be one of {transcript.SYSTEM_MODES}, got {self.system_prompt!r}",
+    )
     check(
       self.max_episode_tokens > self.max_action_tokens + self.max_obs_tokens + 64,
       "max_episode_tokens",
@@ -107,7 +115,7 @@ class RolloutEngine:
     self.config = config
     self.tok = tokenizer
     self.pool = pool
-    self.end_action = tokenizer.token_id(transcript.END_ACTION)
+    self.format = agent_format(tokenizer, config)
     self.sampler = sampler_lib.Sampler(
       model_config,
       graphdef,
@@ -123,8 +131,9 @@ class RolloutEngine:
       top_k=config.top_k,
       top_p=config.top_p,
       eos_id=tokenizer.eos_id,
-      stop_sequences=((self.end_action,),),
+      stop_sequences=tuple((i,) for i in self.format.stop_token_ids),
     )
+    self.stop_strings = sampler_lib.StopStrings(self.format.stop_strings, tokenizer.decode)
 
   def run(self, params, tasks: Sequence, key: jax.Array) -> list[list[Trajectory]]:
     """G episodes for each task; returns groups in task order."""
@@ -138,7 +147,7 @@ class RolloutEngine:
     ]
     prompts = []
     for traj, ep in zip(trajs, episodes, strict=True):
-      ids = self.tok.encode(transcript.prompt_text(ep.prompt()))
+      ids = self.format.prompt_ids(ep.prompt())
       if len(ids) + c.max_action_tokens > c.max_episode_tokens:
         raise ValueError(
           f"task {ep.task.task_id}: prompt of {len(ids)} tokens leaves no room "
@@ -164,20 +173,20 @@ class RolloutEngine:
       if not active.any():
         break
       state, out = self.sampler.generate(
-        params, state, jax.random.fold_in(key, turn), self.sampling, active
+        params, state, jax.random.fold_in(key, turn), self.sampling, active, self.stop_strings
       )
       tokens, logps, counts = jax.device_get((out.tokens, out.logprobs, out.num_tokens))
       lengths += counts
       rows = np.flatnonzero(active)
-      actions = {}
+      actions, ended_turn = {}, {}
       for i in rows:
         n = int(counts[i])
         ids = tokens[i, :n].tolist()
         trajs[i].tokens += ids
         trajs[i].mask += [True] * n
         trajs[i].logprobs += logps[i, :n].tolist()
-        body = ids[:-1] if ids and ids[-1] in (self.end_action, self.tok.eos_id) else ids
-        actions[i] = self.tok.decode(body)
+        actions[i] = self.format.action_text(ids)
+        ended_turn[i] = bool(ids) and ids[-1] == self.format.end_of_turn
       # Tools: views and edits are instant; `test` runs in the sandbox, in parallel.
       steps = [(episodes[i], actions[i]) for i in rows]
       observations = dict(zip(rows, self.pool.map(lambda s: s[0].step(s[1]), steps), strict=True))
@@ -187,7 +196,9 @@ class RolloutEngine:
         if ep.done:
           finish(i, "submit" if ep.turns[-1].kind == "submit" else "turns")
           continue
-        obs = transcript.encode_observation(self.tok, observations[i], c.max_obs_tokens)
+        obs = self.format.observation_ids(
+          observations[i], c.max_obs_tokens, after_end_of_turn=ended_turn[i]
+        )
         if lengths[i] + len(obs) + c.max_action_tokens > c.max_episode_tokens:
           ep.done = True  # the token budget is spent: the files as they are count
           finish(i, "tokens")
@@ -253,6 +264,11 @@ class RolloutEngine:
       "rollout_s": time.perf_counter() - start,
     }
     return kept, stats
+
+
+def agent_format(tok, config: RolloutConfig) -> transcript.AgentFormat:
+  """The episode format of a policy with tokenizer `tok` (shared by rollouts and SFT)."""
+  return transcript.AgentFormat(tok, transcript.resolve_system(tok, config.system_prompt))
 
 
 class Arrays(NamedTuple):

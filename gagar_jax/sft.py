@@ -1,7 +1,9 @@
 """Supervised warm start of the policy on expert demonstrations.
 
-Sequences are encoded segment by segment with `envs.transcript` (exactly as a
-rollout builds its context). The loss is next-token cross-entropy weighted 1 on
+From random weights (and a BPE trained on the demonstrations) or, with
+`init_from`, from a policy or Hugging Face folder. Sequences are encoded segment
+by segment with `envs.transcript.AgentFormat` in the tokenizer's chat template
+(exactly as a rollout builds its context). The loss is next-token cross-entropy weighted 1 on
 the policy's own tokens (actions and their end-of-action markers) and
 `context_loss_weight` on the prompt and observation tokens. A small context
 weight (0.25) helped the tiny model learn to read code in the measurements we
@@ -51,7 +53,8 @@ class SFTConfig:
     return OptimConfig(
       learning_rate=self.learning_rate,
       schedule="cosine",
-      warmup_steps=min(self.warmup_steps, self.steps),
+      # At least one step after warmup (the cosine needs a positive decay length).
+      warmup_steps=min(self.warmup_steps, self.steps - 1),
       total_steps=self.steps,
       min_lr_ratio=self.min_lr_ratio,
       weight_decay=self.weight_decay,
@@ -67,15 +70,21 @@ def parse_config(config) -> SFTConfig:
   from gagar_jax.envs import expert
 
   sft_config = from_dict(SFTConfig, config.sft, "sft")
-  # The model section's shape (its vocab_size follows the tokenizer, trained later).
-  transformer.ModelConfig.from_dict({**config.model, "vocab_size": 1})
-  max_seq_len = config.model.max_seq_len
+  policy = open_init(config)
+  if policy is None:
+    # The model section's shape (its vocab_size follows the tokenizer, trained later).
+    transformer.ModelConfig.from_dict({**config.model, "vocab_size": 1})
+    max_seq_len = config.model.max_seq_len
+  else:
+    max_seq_len = policy.model_config.max_seq_len
   budgets = [("sft.seq_len", sft_config.seq_len)]
   if "rollout" in config:  # the policy's evaluation episodes
     from gagar_jax import rollout
 
     rollout_cfg = from_dict(rollout.RolloutConfig, config.rollout, "rollout")
     budgets.append(("rollout.max_episode_tokens", rollout_cfg.max_episode_tokens))
+    if policy is not None:
+      _format(policy.tok, rollout_cfg.system_prompt)
   if "habits" in config:
     from_dict(expert.HabitConfig, config.habits, "habits")
   if "context" in config:  # the LM grader's context window
@@ -89,8 +98,28 @@ def parse_config(config) -> SFTConfig:
   return sft_config
 
 
+def open_init(config):
+  """The `init_from` warm start (a policy or HF folder, opened without its weights), or
+  None when SFT starts from random weights and a BPE trained on the demonstrations."""
+  if not config.get("init_from"):
+    return None
+  from gagar_jax import policy_io
+
+  return policy_io.open_from_config(config)
+
+
+def _format(tok, system_prompt: str) -> transcript.AgentFormat:
+  from gagar_jax.errors import ConfigError
+  from gagar_jax.models import chat_template
+
+  try:
+    return transcript.AgentFormat(tok, transcript.resolve_system(tok, system_prompt))
+  except chat_template.TemplateError as e:
+    raise ConfigError("chat_template", str(e)) from None
+
+
 def encode_demos(
-  tok,
+  fmt: transcript.AgentFormat,
   demos: Sequence[tuple[str, Sequence[tuple[str, str]]]],
   seq_len: int,
   context_weight: float,
@@ -103,11 +132,11 @@ def encode_demos(
   """
   rows, weights, dropped = [], [], 0
   for prompt, turns in demos:
-    ids, mask = transcript.encode_episode(tok, prompt, turns, max_obs_tokens=max_obs_tokens)
+    ids, mask = fmt.encode_episode(prompt, turns, max_obs_tokens=max_obs_tokens)
     if len(ids) > seq_len:
       dropped += 1
       continue
-    row = np.full(seq_len, tok.pad_id, np.int32)
+    row = np.full(seq_len, fmt.tok.pad_id, np.int32)
     row[: len(ids)] = ids
     w = np.zeros(seq_len, np.float32)
     w[: len(ids)] = np.where(mask, 1.0, context_weight)
@@ -219,11 +248,23 @@ class Fitted:
     self.__dict__.update(kw)
 
 
-def fit(config, workdir: str, pairs, evaluate, *, tag: str, max_obs_tokens, start: float):
+def fit(
+  config,
+  workdir: str,
+  pairs,
+  evaluate,
+  *,
+  tag: str,
+  max_obs_tokens,
+  start: float,
+  system_prompt: str = "none",
+):
   """The supervised loop shared by the policy and the grader warm starts.
 
-  `pairs`: [(prompt, [(action, observation)])]. Trains a BPE on them (or reuses
-  workdir/tokenizer), encodes them, trains with `config.sft` under
+  `pairs`: [(prompt, [(action, observation)])]. With `config.init_from` starts from
+  that policy or HF folder (its tokenizer, template and weights); else trains a BPE on
+  the pairs (or reuses workdir/tokenizer). Encodes them in the tokenizer's chat
+  template with the `system_prompt` mode, trains with `config.sft` under
   `config.time_budget_minutes`, checkpoints in workdir/checkpoints (resuming from
   there), and every `config.eval.every_steps` calls `evaluate(trainer, params,
   model_config, tok, step) -> dict of metrics` (its numbers go to the curve).
@@ -237,7 +278,10 @@ def fit(config, workdir: str, pairs, evaluate, *, tag: str, max_obs_tokens, star
 
   sft_config = from_dict(SFTConfig, config.sft, "sft")
   tok_dir = os.path.join(workdir, "tokenizer")
-  if os.path.exists(os.path.join(tok_dir, "tokenizer.json")):
+  policy = open_init(config)
+  if policy is not None:
+    tok, model_config = policy.tok, policy.model_config
+  elif os.path.exists(os.path.join(tok_dir, "tokenizer.json")):
     tok = tokenizers.HFTokenizer.from_file(tok_dir)
   else:
     prompts, turns = zip(*pairs, strict=True)
@@ -246,9 +290,14 @@ def fit(config, workdir: str, pairs, evaluate, *, tag: str, max_obs_tokens, star
     )
     tok.save(tok_dir)
   tokens, weights, dropped = encode_demos(
-    tok, pairs, sft_config.seq_len, sft_config.context_loss_weight, max_obs_tokens
+    _format(tok, system_prompt),
+    pairs,
+    sft_config.seq_len,
+    sft_config.context_loss_weight,
+    max_obs_tokens,
   )
-  model_config = transformer.ModelConfig.from_dict({**config.model, "vocab_size": tok.vocab_size})
+  if policy is None:
+    model_config = transformer.ModelConfig.from_dict({**config.model, "vocab_size": tok.vocab_size})
   mesh = sharding.make_mesh(config.mesh)
   trainer = SFTTrainer(sft_config, model_config, mesh, config.sharding_rules)
   ckpt = Checkpointer(
@@ -261,6 +310,12 @@ def fit(config, workdir: str, pairs, evaluate, *, tag: str, max_obs_tokens, star
   if ckpt.latest_step() is not None:
     state, meta = ckpt.restore()
     print(f"[{tag}] resumed from step {int(state.step)}", flush=True)
+  elif policy is not None:
+    from gagar_jax import policy_io
+
+    params = policy_io.load_weights(policy, mesh=mesh, rules=config.sharding_rules)
+    state, meta = trainer.init(config.seed, params=params), {}
+    print(f"[{tag}] warm start from {policy.kind} folder {policy.path}", flush=True)
   else:
     state, meta = trainer.init(config.seed), {}
   print(
@@ -384,6 +439,7 @@ def run(config, workdir: str, export: str = "") -> dict:
     tag="sft",
     max_obs_tokens=config.rollout.max_obs_tokens,
     start=start,
+    system_prompt=config.rollout.system_prompt,
   )
   test = pipeline.tasks(config.data_dir, suite, "test", seed=config.seed, shuffle=False)
   engine = engine_for(fitted.trainer, fitted.model_config, fitted.tok)

@@ -31,10 +31,11 @@ from gagar_jax.learner.checkpoint import Checkpointer
 from gagar_jax.learner.config import LearnerConfig
 from gagar_jax.learner.learner import Learner
 from gagar_jax.learner.step import Batch, NonFiniteError
+from gagar_jax.models import chat_template
 
 
 def parse_config(config):
-  """Validates every section up front; returns (LearnerConfig, RolloutConfig)."""
+  """Validates every section up front; returns (LearnerConfig, RolloutConfig, Policy)."""
   arms_lib.get(config.arm)
   backends.check_config(config.grader)
   check_positive_ints(config, ("steps", "num_groups", "updates_per_batch", "checkpoint_every"))
@@ -44,21 +45,20 @@ def parse_config(config):
   learner_cfg = from_dict(LearnerConfig, config.learner, "learner")
   rollout_cfg = from_dict(rollout.RolloutConfig, config.rollout, "rollout")
   arms_lib.check_advantage(config.arm, learner_cfg.advantage)
-  if not os.path.exists(os.path.join(config.init_from, "params.safetensors")):
-    raise ConfigError(
-      "init_from",
-      f"{config.init_from!r} holds no params.safetensors "
-      "(make one with experiments/sft.py --export=DIR)",
-    )
+  policy = policy_io.open_from_config(config)
+  try:  # the episode format must render (system message, tool turns, stop tokens)
+    rollout.agent_format(policy.tok, rollout_cfg)
+  except chat_template.TemplateError as e:
+    raise ConfigError("chat_template", str(e)) from None
   # The episode must fit the model's positions (the warm start's, which the run uses).
-  max_seq_len = policy_io.read_model_config(config.init_from)["max_seq_len"]
+  max_seq_len = policy.model_config.max_seq_len
   check(
     rollout_cfg.max_episode_tokens <= max_seq_len,
     "rollout.max_episode_tokens",
     f"{rollout_cfg.max_episode_tokens} exceeds the model's max_seq_len={max_seq_len} "
     f"(of the warm start in {config.init_from})",
   )
-  return learner_cfg, rollout_cfg
+  return learner_cfg, rollout_cfg, policy
 
 
 def shaped_rewards(passed: np.ndarray, ranks: np.ndarray, coef: float) -> np.ndarray:
@@ -86,7 +86,7 @@ class Trainer:
     # RL steps [a, b) traced with jax.profiler into workdir/profile (TensorBoard/XProf).
     self.profile_steps = profile_steps
     self.config, self.workdir = config, workdir
-    self.learner_cfg, self.rollout_cfg = parse_config(config)  # before any compute
+    self.learner_cfg, self.rollout_cfg, policy = parse_config(config)  # before any compute
     from gagar_jax.data import builders, pipeline
     from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
     from gagar_jax.grading import loop as loop_lib
@@ -94,9 +94,11 @@ class Trainer:
     sharding.initialize_distributed(config.distributed)
     os.makedirs(workdir, exist_ok=True)
     metrics_lib.save_config(config, workdir)
-    self.tok, model_config, params = policy_io.load(config.init_from, config.model)
+    self.tok, model_config = policy.tok, policy.model_config
     self.model_config = model_config
     self.mesh = sharding.make_mesh(config.mesh)
+    # Read straight into the sharded layout (a checkpoint larger than one device).
+    params = policy_io.load_weights(policy, mesh=self.mesh, rules=config.sharding_rules)
     self.learner = Learner(self.learner_cfg, model_config, self.mesh, config.sharding_rules)
     self.init_params = params
     self.pool = SandboxPool(SandboxConfig(workers=config.sandbox_workers))

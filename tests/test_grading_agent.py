@@ -142,7 +142,7 @@ def test_demonstration_ranks_like_the_rubric_and_encodes_like_the_chat_render(gr
     for k, (action, obs) in enumerate(turns[:-1]):
       msg, _ = lm_grader.action_message(action, f"call_{k}")
       messages += [msg, {"role": "tool", "tool_call_id": f"call_{k}", "content": obs}]
-    ids, mask = transcript.encode_episode(tok, r["prompt"], turns, max_obs_tokens=64)
+    ids, mask = transcript.AgentFormat(tok).encode_episode(r["prompt"], turns, max_obs_tokens=64)
     rendered = lm_grader.render(tok, messages, max_obs_tokens=64)
     end = tok.token_id(transcript.END_ACTION)
     final = tok.encode(turns[-1][0]) + [end]

@@ -51,7 +51,10 @@ def test_rollout_masks_and_logprobs_match_learner(setup, pool):
       assert len(t.tokens) == len(t.mask) == len(t.logprobs) <= cfg.max_episode_tokens
       # The prompt is context; every turn adds sampled tokens (ending at the marker or
       # the action budget) followed by a context observation.
-      prompt = tok.encode(transcript.prompt_text(tools_prompt(task)))
+      # The project's tokenizer renders the agent format it was always trained on.
+      prompt = tok.encode(
+        f"<|im_start|>user\n{tools_prompt(task)}<|im_end|>\n<|im_start|>assistant\n"
+      )
       assert t.tokens[: len(prompt)] == prompt and not any(t.mask[: len(prompt)])
       # Sampled runs: one per turn, each ending at the end-of-action marker (or EOS) or
       # at the action budget; log-probs are 0 exactly outside them.

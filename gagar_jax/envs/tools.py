@@ -12,8 +12,9 @@ One action per turn; the policy ends it with the end-of-action marker. Format:
     submit                            end the episode
 
 A malformed or impossible action yields an `error: ...` observation and changes
-nothing; it never raises. The episode ends on `submit` or when the turn budget
-is spent (the files as they are count as submitted).
+nothing; it never raises. Text that is not an action gets the grammar (`HELP`).
+The episode ends on `submit` or when the turn budget is spent (the files as they
+are count as submitted).
 """
 
 from __future__ import annotations
@@ -24,7 +25,13 @@ import re
 from gagar_jax.envs import minirepo, pyast
 
 ACTIONS = ("view", "replace", "insert", "delete", "write", "test", "submit")
-HELP = "actions: view, replace, insert, delete, write, test, submit"
+# The action grammar, as the system message states it and a malformed action's error quotes it.
+GRAMMAR = (
+  "view <path> | replace <func>: <old> => <new> | insert <func>: <code> | "
+  "insert <path> <n>: <code> | delete <path> <n> | write <path> (then the new file) | "
+  "test | submit"
+)
+HELP = f"actions: {GRAMMAR}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,10 +163,14 @@ class Episode:
       raise RuntimeError("episode is over")
     try:
       action = parse_action(text)
-      obs, changed = self._apply(action)
-      kind = action.kind
-    except ActionError as e:
-      obs, changed, kind = f"error: {e}. {HELP}", False, "error"
+    except ActionError as e:  # not an action: quote the grammar
+      action, obs, changed, kind = None, f"error: {e}. {HELP}", False, "error"
+    if action is not None:
+      try:
+        obs, changed = self._apply(action)
+        kind = action.kind
+      except ActionError as e:
+        obs, changed, kind = f"error: {e}", False, "error"
     self.turns.append(Turn(text.strip(), obs, kind, changed))
     if kind == "submit" or len(self.turns) >= self.max_turns:
       self.done = True

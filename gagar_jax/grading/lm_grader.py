@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import queue
 import threading
+import weakref
 from concurrent import futures
 
 import jax
@@ -59,11 +60,22 @@ def assistant_actions(message: dict) -> list[str]:
   return [content]
 
 
+_FORMATS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def grader_format(tok) -> transcript.AgentFormat:
+  """The grader model's episode format (its own template; no system message)."""
+  if tok not in _FORMATS:
+    _FORMATS[tok] = transcript.AgentFormat(tok)
+  return _FORMATS[tok]
+
+
 def render(tok, messages, max_obs_tokens: int | None = None) -> list[int]:
   """Token ids of a conversation, ending where the assistant's next action starts."""
   if not isinstance(messages, list) or not messages:
     raise RequestError("messages must be a non-empty list", "messages")
-  end = tok.token_id(transcript.END_ACTION)
+  fmt = grader_format(tok)
+  end = fmt.end_ids()
   ids: list[int] = []
   pending: list[str] = []  # actions of a multi-call message waiting for their results
   for i, m in enumerate(messages):
@@ -75,24 +87,24 @@ def render(tok, messages, max_obs_tokens: int | None = None) -> list[int]:
     if role == "user":
       if ids or not isinstance(m.get("content"), str):
         raise RequestError("exactly one user message with text content, first", "messages")
-      ids = tok.encode(transcript.prompt_text(m["content"]))
+      ids = fmt.prompt_ids(m["content"])
     elif not ids:
       raise RequestError(f"messages[{i}] ({role}) comes before the user message", "messages")
     elif role == "assistant":
       if pending:
         raise RequestError(f"messages[{i}]: tool results missing before it", "messages")
       actions = assistant_actions(m)
-      ids += tok.encode(actions[0]) + [end]
+      ids += tok.encode(actions[0]) + end
       pending = actions[1:] + [None]
     else:  # tool
       if not pending:
         raise RequestError(f"messages[{i}]: a tool result with no tool call", "messages")
       if not isinstance(m.get("content"), str):
         raise RequestError(f"messages[{i}]: tool content must be text", "messages")
-      ids += transcript.encode_observation(tok, m["content"], max_obs_tokens)
+      ids += fmt.observation_ids(m["content"], max_obs_tokens)
       nxt = pending.pop(0)
       if nxt is not None:
-        ids += tok.encode(nxt) + [end]
+        ids += tok.encode(nxt) + end
   if pending and pending != [None]:
     raise RequestError("the conversation ends with unanswered tool calls", "messages")
   if messages[-1].get("role") == "assistant":

@@ -27,12 +27,20 @@ from flax import nnx
 from gagar_jax.models import transformer
 
 SUPPORTED = ("qwen2", "llama")
+# config.json `architectures` entries this loader reads, and their model_type.
+ARCHITECTURES = {"Qwen2ForCausalLM": "qwen2", "LlamaForCausalLM": "llama"}
 
 
 def config_from_hf(
   hf: dict[str, Any], *, dtype: str = "float32", param_dtype: str = "float32"
 ) -> transformer.ModelConfig:
   """Maps a Hugging Face `config.json` dict onto `ModelConfig`."""
+  for arch in hf.get("architectures") or ():
+    if arch not in ARCHITECTURES:
+      raise ValueError(
+        f"config.json architectures entry {arch!r} is not supported "
+        f"(supported: {', '.join(ARCHITECTURES)})"
+      )
   model_type = hf.get("model_type")
   if model_type not in SUPPORTED:
     raise ValueError(f"config.json model_type={model_type!r}; supported: {SUPPORTED}")
@@ -109,62 +117,112 @@ class _Weights:
 
 
 def _converters(c: transformer.ModelConfig):
-  """Our parameter path -> (HF tensor name, conversion)."""
+  """Our parameter path -> (HF tensor name, HF -> ours, ours -> HF)."""
   d, h, k, hd = c.embed_dim, c.num_heads, c.num_kv_heads, c.head_dim
+  same = (lambda w: w, lambda w: w)
+  transpose = (lambda w: w.T, lambda w: w.T)
+
+  def heads_in(n):  # q/k/v: [n*hd, d] <-> [d, n, hd]
+    return (lambda w: w.T.reshape(d, n, hd), lambda w: w.reshape(d, n * hd).T)
+
+  def bias(n):
+    return (lambda w: w.reshape(n, hd), lambda w: w.reshape(n * hd))
+
   table = {
-    ("embed",): ("model.embed_tokens.weight", lambda w: w),
-    ("final_norm", "scale"): ("model.norm.weight", lambda w: w),
+    ("embed",): ("model.embed_tokens.weight", *same),
+    ("final_norm", "scale"): ("model.norm.weight", *same),
   }
   if not c.tie_embeddings:
-    table[("lm_head",)] = ("lm_head.weight", lambda w: w.T)
+    table[("lm_head",)] = ("lm_head.weight", *transpose)
   for i in range(c.num_layers):
     p = f"model.layers.{i}."
     table.update(
       {
-        ("layers", i, "input_norm", "scale"): (p + "input_layernorm.weight", lambda w: w),
-        ("layers", i, "post_attn_norm", "scale"): (
-          p + "post_attention_layernorm.weight",
-          lambda w: w,
-        ),
-        ("layers", i, "attn", "q_proj"): (
-          p + "self_attn.q_proj.weight",
-          lambda w: w.T.reshape(d, h, hd),
-        ),
-        ("layers", i, "attn", "k_proj"): (
-          p + "self_attn.k_proj.weight",
-          lambda w: w.T.reshape(d, k, hd),
-        ),
-        ("layers", i, "attn", "v_proj"): (
-          p + "self_attn.v_proj.weight",
-          lambda w: w.T.reshape(d, k, hd),
-        ),
+        ("layers", i, "input_norm", "scale"): (p + "input_layernorm.weight", *same),
+        ("layers", i, "post_attn_norm", "scale"): (p + "post_attention_layernorm.weight", *same),
+        ("layers", i, "attn", "q_proj"): (p + "self_attn.q_proj.weight", *heads_in(h)),
+        ("layers", i, "attn", "k_proj"): (p + "self_attn.k_proj.weight", *heads_in(k)),
+        ("layers", i, "attn", "v_proj"): (p + "self_attn.v_proj.weight", *heads_in(k)),
         ("layers", i, "attn", "o_proj"): (
           p + "self_attn.o_proj.weight",
           lambda w: w.T.reshape(h, hd, d),
+          lambda w: w.reshape(h * hd, d).T,
         ),
-        ("layers", i, "mlp", "gate_proj"): (p + "mlp.gate_proj.weight", lambda w: w.T),
-        ("layers", i, "mlp", "up_proj"): (p + "mlp.up_proj.weight", lambda w: w.T),
-        ("layers", i, "mlp", "down_proj"): (p + "mlp.down_proj.weight", lambda w: w.T),
+        ("layers", i, "mlp", "gate_proj"): (p + "mlp.gate_proj.weight", *transpose),
+        ("layers", i, "mlp", "up_proj"): (p + "mlp.up_proj.weight", *transpose),
+        ("layers", i, "mlp", "down_proj"): (p + "mlp.down_proj.weight", *transpose),
       }
     )
     if c.qkv_bias:
       table.update(
         {
-          ("layers", i, "attn", "q_bias"): (
-            p + "self_attn.q_proj.bias",
-            lambda w: w.reshape(h, hd),
-          ),
-          ("layers", i, "attn", "k_bias"): (
-            p + "self_attn.k_proj.bias",
-            lambda w: w.reshape(k, hd),
-          ),
-          ("layers", i, "attn", "v_bias"): (
-            p + "self_attn.v_proj.bias",
-            lambda w: w.reshape(k, hd),
-          ),
+          ("layers", i, "attn", "q_bias"): (p + "self_attn.q_proj.bias", *bias(h)),
+          ("layers", i, "attn", "k_bias"): (p + "self_attn.k_proj.bias", *bias(k)),
+          ("layers", i, "attn", "v_bias"): (p + "self_attn.v_proj.bias", *bias(k)),
         }
       )
   return table
+
+
+def read_config(path: str, *, dtype: str = "float32", param_dtype: str = "float32"):
+  """The `ModelConfig` of the HF folder `path` (its `config.json`), weights unread."""
+  with open(os.path.join(path, "config.json")) as f:
+    return config_from_hf(json.load(f), dtype=dtype, param_dtype=param_dtype)
+
+
+def load_params(
+  path: str, config: transformer.ModelConfig, *, mesh: jax.sharding.Mesh | None = None, rules=None
+) -> nnx.State:
+  """The parameters of HF folder `path` as an `nnx.State` of `config`'s shape.
+
+  With `mesh`, each tensor is placed in its sharded layout as it is read (host
+  arrays otherwise). Every parameter must be found and every checkpoint tensor used.
+  """
+  _, state = transformer.abstract(config)
+  shardings = None
+  if mesh is not None:
+    from gagar_jax import sharding as sharding_lib
+
+    shardings = sharding_lib.param_shardings(state, mesh, rules)
+  weights = _Weights(path)
+  table = _converters(config)
+  flat = dict(nnx.to_flat_state(state))
+  flat_shardings = dict(nnx.to_flat_state(shardings)) if shardings is not None else {}
+  for key, var in flat.items():
+    if key not in table:
+      raise KeyError(f"no Hugging Face tensor mapped to parameter {'/'.join(map(str, key))}")
+    name, convert, _ = table[key]
+    value = convert(weights.get(name))
+    target = var.get_value()  # a ShapeDtypeStruct
+    if value.shape != target.shape:
+      raise ValueError(
+        f"{name}: shape {value.shape} does not fit parameter "
+        f"{'/'.join(map(str, key))} {target.shape}"
+      )
+    value = np.ascontiguousarray(value.astype(target.dtype))
+    if key in flat_shardings:
+      var.set_value(jax.device_put(value, flat_shardings[key].get_value()))
+    else:
+      var.set_value(value)
+  unused = [n for n in weights.unused() if not n.endswith("rotary_emb.inv_freq")]
+  if config.tie_embeddings:
+    unused = [n for n in unused if n != "lm_head.weight"]
+  if unused:
+    raise ValueError(
+      f"{path}: checkpoint tensors not used by the model: {unused[:5]}"
+      f"{' ...' if len(unused) > 5 else ''}"
+    )
+  return nnx.from_flat_state(flat)
+
+
+def to_hf_tensors(config: transformer.ModelConfig, params) -> dict[str, np.ndarray]:
+  """Our parameters (an `nnx.State`) as HF-named tensors (the inverse of `load_params`)."""
+  table = _converters(config)
+  out = {}
+  for key, var in nnx.to_flat_state(params):
+    name, _, convert = table[tuple(key)]
+    out[name] = np.ascontiguousarray(convert(np.asarray(jax.device_get(var.get_value()))))
+  return out
 
 
 def load(
@@ -187,40 +245,7 @@ def load(
   Returns:
     The model; `model(tokens [B, T] int32)` gives float32 logits `[B, T, V]`.
   """
-  with open(os.path.join(path, "config.json")) as f:
-    config = config_from_hf(json.load(f), dtype=dtype, param_dtype=param_dtype)
-  graphdef, state = transformer.abstract(config)
-  shardings = None
-  if mesh is not None:
-    from gagar_jax import sharding as sharding_lib
-
-    shardings = sharding_lib.param_shardings(state, mesh, rules)
-  weights = _Weights(path)
-  table = _converters(config)
-  flat = dict(nnx.to_flat_state(state))
-  flat_shardings = dict(nnx.to_flat_state(shardings)) if shardings is not None else {}
-  for key, var in flat.items():
-    if key not in table:
-      raise KeyError(f"no Hugging Face tensor mapped to parameter {'/'.join(map(str, key))}")
-    name, convert = table[key]
-    value = convert(weights.get(name))
-    target = var.get_value()  # a ShapeDtypeStruct
-    if value.shape != target.shape:
-      raise ValueError(
-        f"{name}: shape {value.shape} does not fit parameter "
-        f"{'/'.join(map(str, key))} {target.shape}"
-      )
-    value = value.astype(target.dtype)
-    if key in flat_shardings:
-      var.set_value(jax.device_put(value, flat_shardings[key].get_value()))
-    else:
-      var.set_value(jnp.asarray(value))
-  unused = [n for n in weights.unused() if not n.endswith("rotary_emb.inv_freq")]
-  if config.tie_embeddings:
-    unused = [n for n in unused if n != "lm_head.weight"]
-  if unused:
-    raise ValueError(
-      f"{path}: checkpoint tensors not used by the model: {unused[:5]}"
-      f"{' ...' if len(unused) > 5 else ''}"
-    )
-  return nnx.merge(graphdef, nnx.from_flat_state(flat))
+  config = read_config(path, dtype=dtype, param_dtype=param_dtype)
+  graphdef, _ = transformer.abstract(config)
+  params = load_params(path, config, mesh=mesh, rules=rules)
+  return nnx.merge(graphdef, jax.tree.map(jnp.asarray, params))

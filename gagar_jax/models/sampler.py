@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import jax
@@ -113,6 +113,35 @@ class SampleOutput(NamedTuple):
   mask: jax.Array
   num_tokens: jax.Array
   finish_reason: jax.Array
+
+
+class StopStrings(NamedTuple):
+  """Stop strings matched on the decoded text of each row's new tokens.
+
+  A row stops at the token that completes a string (it is kept; tokens sampled after
+  it are dropped and the row's cache is rewound). Matching happens on the host after
+  the decode loop, and between chunks with `decode_chunk`.
+
+  Attributes:
+    strings: the stop strings.
+    decode: token ids -> text (the tokenizer's `decode`).
+  """
+
+  strings: tuple[str, ...]
+  decode: Callable[[Sequence[int]], str]
+
+  def cut(self, ids: Sequence[int]) -> int | None:
+    """Tokens to keep: the shortest prefix whose text holds a stop string (None: none)."""
+    if not self.strings or not any(s in self.decode(ids) for s in self.strings):
+      return None
+    lo, hi = 1, len(ids)  # the prefix of `hi` tokens holds one
+    while lo < hi:
+      mid = (lo + hi) // 2
+      if any(s in self.decode(ids[:mid]) for s in self.strings):
+        hi = mid
+      else:
+        lo = mid + 1
+    return hi
 
 
 def sample_logits(logits: jax.Array, key: jax.Array, params: SamplingParams):
@@ -433,24 +462,52 @@ class Sampler:
     key: jax.Array,
     sampling: SamplingParams,
     active=None,
+    stop_strings: StopStrings | None = None,
   ) -> tuple[SamplerState, SampleOutput]:
     """Samples up to `sampling.max_new_tokens` per row; the state is donated.
 
     `active` (bool `[B]`, default all): rows that are False generate nothing and keep
-    their cache (finished conversations in a batch that goes on).
+    their cache (finished conversations in a batch that goes on). `stop_strings`: text
+    that ends a row (see `StopStrings`); the output and cache end at its last token.
     """
     batch = state.lengths.shape[0]
     if active is None:
       active = np.ones((batch,), bool)
     active = np.asarray(active, bool)
     if self.decode_chunk and sampling.max_new_tokens > self.decode_chunk:
-      return self._generate_compacting(params, state, key, sampling, active)
-    if self._mesh is not None:
-      active = sharding_lib.shard_batch(active, self._mesh, self._rules)
-    state, out, _ = self._decode(params, state, key, sampling, self.pad_id, active)
+      state, out = self._generate_compacting(params, state, key, sampling, active, stop_strings)
+    else:
+      if self._mesh is not None:
+        active = sharding_lib.shard_batch(active, self._mesh, self._rules)
+      state, out, _ = self._decode(params, state, key, sampling, self.pad_id, active)
+    if stop_strings is not None and stop_strings.strings:
+      state, out = self._cut_at_stop_strings(params, state, out, stop_strings)
     return state, out
 
-  def _generate_compacting(self, params, state, key, sampling, active):
+  def _cut_at_stop_strings(self, params, state, out: SampleOutput, stop: StopStrings):
+    """Ends rows at the token completing a stop string: the output drops later tokens,
+    the row's length is rewound and its last kept token re-run (fresh next logits)."""
+    got = jax.device_get((out.tokens, out.logprobs, out.num_tokens, out.finish_reason))
+    tokens, logps, counts, reasons = (np.array(x) for x in got)
+    keep = {}
+    for r in np.flatnonzero(counts):
+      k = stop.cut(tokens[r, : counts[r]].tolist())
+      if k is not None and (k < counts[r] or reasons[r] != FINISH_STOP):
+        keep[r] = k
+    if not keep:
+      return state, out
+    lengths = np.array(jax.device_get(state.lengths))
+    rerun = [[] for _ in range(len(counts))]
+    for r, k in keep.items():
+      lengths[r] -= counts[r] - k + 1
+      rerun[r] = [int(tokens[r, k - 1])]
+      tokens[r, k:], logps[r, k:], counts[r], reasons[r] = self.pad_id, 0.0, k, FINISH_STOP
+    state = state._replace(lengths=self._shard(lengths.astype(np.int32)))
+    state = self.append(params, state, rerun)
+    mask = np.arange(tokens.shape[1])[None, :] < counts[:, None]
+    return state, SampleOutput(tokens, logps, mask, counts, reasons)
+
+  def _generate_compacting(self, params, state, key, sampling, active, stop=None):
     """`generate` in chunks of `decode_chunk` tokens, dropping finished rows between them."""
     batch, n = state.lengths.shape[0], sampling.max_new_tokens
     tokens = np.full((batch, n), self.pad_id, np.int32)
@@ -490,6 +547,16 @@ class Sampler:
           tokens[r, c : c + k], logps[r, c : c + k] = got[i, :k], lp[i, :k]
           counts[r], reasons[r] = c + k, why[i]
       step += chunk.max_new_tokens
+      if stop is not None and stop.strings:  # rows whose text stopped leave the loop
+        hit = [
+          i
+          for i, r in enumerate(rows)
+          if r < batch and not done[i] and stop.cut(tokens[r, : counts[r]].tolist())
+        ]
+        if hit:
+          done = np.array(done)
+          done[hit] = True
+          carry = carry._replace(done=self._shard(done))
       live = np.flatnonzero(~done & (rows < batch))
       if not live.size or step >= n:
         break

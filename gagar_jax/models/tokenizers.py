@@ -1,10 +1,11 @@
 """Tokenizers: a file-free byte tokenizer, a Hugging Face `tokenizers` adapter, BPE training.
 
 All share one small interface (`Tokenizer`): `encode`, `decode`, `vocab_size`,
-`pad_id`, `eos_id`, `token_id(special)` and `chat(messages)`, which renders a
-conversation in ChatML (`<|im_start|>role\\ncontent<|im_end|>\\n`, what Qwen2
-uses) or Llama-3's header format when the vocabulary has those tokens.
-Special tokens written literally in the text are encoded as single ids.
+`pad_id`, `eos_id`, `token_id(special)`, `template` (a `chat_template.ChatTemplate`
+or None) and `chat(messages)`, which renders a conversation through that template
+(the checkpoint's own, as `transformers` does) and tokenizes it. Tokenizers the
+project trains carry `chat_template.GAGAR_TEMPLATE`, its agent format. Special
+tokens written literally in the text are encoded as single ids.
 """
 
 from __future__ import annotations
@@ -17,11 +18,21 @@ from typing import Protocol
 
 import tokenizers as hf
 
+from gagar_jax.models import chat_template as chat_lib
+
 PAD = "<|pad|>"
 EOS = "<|endoftext|>"
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
+END_ACTION = "<|end_action|>"  # the project's end-of-action marker (envs/transcript.py)
 DEFAULT_SPECIALS = (PAD, EOS, IM_START, IM_END)
+# tokenizer_config.json entries a chat template may refer to.
+_TEMPLATE_TOKENS = ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token")
+
+
+def _token_text(value):
+  """A tokenizer_config token entry (a string or an AddedToken dict) as text."""
+  return value.get("content") if isinstance(value, dict) else value
 
 
 class Tokenizer(Protocol):
@@ -38,26 +49,18 @@ class Tokenizer(Protocol):
   def chat(self, messages: Sequence[dict], add_generation_prompt: bool = True) -> list[int]: ...
 
 
-def _render_chat(tok: Tokenizer, messages, add_generation_prompt: bool) -> list[int]:
-  specials = getattr(tok, "special_tokens", {})
-  if "<|start_header_id|>" in specials:
-    text = "".join(
-      f"<|start_header_id|>{m['role']}<|end_header_id|>\n\n{m['content']}<|eot_id|>"
-      for m in messages
+def _render_chat(tok, messages, add_generation_prompt: bool) -> list[int]:
+  if tok.template is None:
+    raise chat_lib.TemplateError(
+      f"{tok.name} has no chat template (give one with the config's chat_template)"
     )
-    if add_generation_prompt:
-      text += "<|start_header_id|>assistant<|end_header_id|>\n\n"
-  else:
-    text = "".join(f"{IM_START}{m['role']}\n{m['content']}{IM_END}\n" for m in messages)
-    if add_generation_prompt:
-      text += f"{IM_START}assistant\n"
-  return tok.encode(text)
+  return tok.encode(tok.template.render(messages, add_generation_prompt=add_generation_prompt))
 
 
 class ByteTokenizer:
   """UTF-8 bytes are ids 0..255; special tokens follow. Needs no files."""
 
-  def __init__(self, special_tokens: Sequence[str] = DEFAULT_SPECIALS):
+  def __init__(self, special_tokens: Sequence[str] = DEFAULT_SPECIALS, template: str | None = None):
     if len(set(special_tokens)) != len(special_tokens):
       raise ValueError(f"duplicate special tokens: {list(special_tokens)}")
     self.special_tokens = {t: 256 + i for i, t in enumerate(special_tokens)}
@@ -67,6 +70,10 @@ class ByteTokenizer:
     self.eos_id = self.special_tokens.get(EOS, self.pad_id)
     names = sorted(self.special_tokens, key=len, reverse=True)
     self._split = re.compile("(" + "|".join(re.escape(t) for t in names) + ")") if names else None
+    self.name = "byte tokenizer"
+    self.template = chat_lib.ChatTemplate(
+      template or chat_lib.GAGAR_TEMPLATE, {"eos_token": self._id_to_special.get(self.eos_id)}
+    )
 
   def encode(self, text: str) -> list[int]:
     parts = self._split.split(text) if self._split else [text]
@@ -104,9 +111,19 @@ class HFTokenizer:
   """Adapter over a Hugging Face `tokenizers.Tokenizer` (a `tokenizer.json`)."""
 
   def __init__(
-    self, tokenizer: hf.Tokenizer, *, eos_token: str | None = None, pad_token: str | None = None
+    self,
+    tokenizer: hf.Tokenizer,
+    *,
+    eos_token: str | None = None,
+    pad_token: str | None = None,
+    template: str | None = None,
+    config: dict | None = None,
+    name: str = "tokenizer",
   ):
     self._tok = tokenizer
+    self.name = name
+    # tokenizer_config.json as read (kept on save), and the template's special-token names.
+    self.config = dict(config or {})
     self.special_tokens = {
       t.content: i for i, t in tokenizer.get_added_tokens_decoder().items() if t.special
     }
@@ -124,29 +141,52 @@ class HFTokenizer:
     self.eos_id = self.token_id(eos_token)
     pad_token = pad_token or next((t for t in (PAD, EOS) if t in self.special_tokens), eos_token)
     self.pad_id = self.token_id(pad_token)
+    inv = {i: t for t, i in self.special_tokens.items()}
+    names = {k: _token_text(self.config.get(k)) for k in _TEMPLATE_TOKENS}
+    names.update(eos_token=inv.get(self.eos_id), pad_token=inv.get(self.pad_id))
+    self.template_tokens = {k: v for k, v in names.items() if v}
+    self.template = None
+    if template is not None:
+      self.set_template(template)
+
+  def set_template(self, source: str, name: str = "") -> None:
+    """Uses Jinja `source` as the chat template (it must compile)."""
+    self.template = chat_lib.ChatTemplate(
+      source, self.template_tokens, name=name or f"{self.name} chat template"
+    )
 
   @classmethod
-  def from_file(cls, path: str) -> HFTokenizer:
+  def from_file(cls, path: str, chat_template: str = "") -> HFTokenizer:
     """Loads `tokenizer.json` (a file, or a model folder holding it).
 
-    Reads `eos_token` / `pad_token` from a `tokenizer_config.json` beside it when present.
+    Reads `eos_token` / `pad_token` / `bos_token` from a `tokenizer_config.json` beside
+    it, and the chat template from `chat_template.jinja` or that config. `chat_template`
+    (a `.jinja` path or Jinja text) replaces the folder's. A folder of the project's own
+    format written before templates were saved (its vocabulary has `<|end_action|>`)
+    gets `GAGAR_TEMPLATE`.
     """
     folder = path if os.path.isdir(path) else os.path.dirname(path)
     file = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
     if not os.path.exists(file):
       raise FileNotFoundError(f"no tokenizer.json at {file}")
-    kwargs = {}
+    kwargs, config = {}, {}
     config_file = os.path.join(folder, "tokenizer_config.json")
     if os.path.exists(config_file):
       with open(config_file) as f:
         config = json.load(f)
       for key in ("eos_token", "pad_token"):
-        value = config.get(key)
-        if isinstance(value, dict):
-          value = value.get("content")
-        if value:
+        if value := _token_text(config.get(key)):
           kwargs[key] = value
-    return cls(hf.Tokenizer.from_file(file), **kwargs)
+    tok = cls(hf.Tokenizer.from_file(file), config=config, name=f"tokenizer in {folder}", **kwargs)
+    if chat_template:
+      source, where = chat_lib.load_source(chat_template)
+    else:
+      source, where = chat_lib.read_source(folder)
+      if source is None and END_ACTION in tok.special_tokens:
+        source, where = chat_lib.GAGAR_TEMPLATE, "the project's agent format"
+    if source is not None:
+      tok.set_template(source, name=f"chat template ({where})")
+    return tok
 
   def encode(self, text: str) -> list[int]:
     return self._tok.encode(text, add_special_tokens=False).ids
@@ -164,12 +204,18 @@ class HFTokenizer:
     return _render_chat(self, messages, add_generation_prompt)
 
   def save(self, path: str) -> None:
-    """Writes `tokenizer.json` (and `tokenizer_config.json`) into folder `path`."""
+    """Writes `tokenizer.json`, `tokenizer_config.json` (the one read, updated) and the
+    chat template (`chat_template.jinja`, where `transformers` writes it) into `path`."""
     os.makedirs(path, exist_ok=True)
     self._tok.save(os.path.join(path, "tokenizer.json"))
     inv = {i: t for t, i in self.special_tokens.items()}
+    config = {k: v for k, v in self.config.items() if k != "chat_template"}
+    config.update(eos_token=inv.get(self.eos_id), pad_token=inv.get(self.pad_id))
     with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
-      json.dump({"eos_token": inv.get(self.eos_id), "pad_token": inv.get(self.pad_id)}, f)
+      json.dump(config, f, indent=2)
+    if self.template is not None:
+      with open(os.path.join(path, chat_lib.TEMPLATE_FILE), "w") as f:
+        f.write(self.template.source)
 
 
 def train_bpe(
@@ -201,4 +247,4 @@ def train_bpe(
   )
   tok.train_from_iterator(texts, trainer=trainer)
   pad = PAD if PAD in special_tokens else eos_token
-  return HFTokenizer(tok, eos_token=eos_token, pad_token=pad)
+  return HFTokenizer(tok, eos_token=eos_token, pad_token=pad, template=chat_lib.GAGAR_TEMPLATE)
