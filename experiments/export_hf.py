@@ -22,7 +22,7 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
   tok, model_config, params = policy_io.load(_POLICY.value)
-  hf_export.export(_OUT.value, tok, model_config, params)
+  policy_io.export_hf(_OUT.value, tok, model_config, params)
   print(
     f"exported {_POLICY.value} ({model_config.num_params() / 1e6:.2f}M parameters, "
     f"{hf_export.hf_config(model_config, tok)['architectures'][0]}) to {_OUT.value}"

@@ -225,7 +225,7 @@ def chat(
   for turn, prompt in enumerate(prompts):
     messages.append({"role": "user", "content": prompt})
     ids = tok.chat(messages, add_generation_prompt=True)
-    cache = min(model_cfg.max_seq_len, len(ids) + max_new_tokens)
+    cache = min(model_cfg.max_seq_len, len(ids) + max_new_tokens + 1)
     sampler = sampler_lib.Sampler(model_cfg, graphdef, cache_size=cache, pad_id=tok.pad_id)
     state = sampler.prefill(params, [ids])
     _, out = sampler.generate(

@@ -6,7 +6,7 @@ A *policy folder* holds `tokenizer/` (with its chat template), `model.json` and
 way, in assets/pre_rl). An *HF folder* holds a Qwen2 / Llama `config.json`,
 `model.safetensors` (or shards with `model.safetensors.index.json`), `tokenizer.json`,
 `tokenizer_config.json` and a chat template (in it, or in `chat_template.jinja`);
-`experiments/export_hf.py` writes one from a policy folder.
+`export_hf` (`experiments/export_hf.py`) writes one from a policy.
 
 `open_policy` reads and checks everything but the weights (so a config error comes
 before any compute); `load` then reads the weights, straight into the sharded layout
@@ -205,6 +205,16 @@ def export(path: str, tok, model_config: transformer.ModelConfig, params) -> Non
     for k, v in nnx.to_flat_state(params)
   }
   save_file(flat, os.path.join(path, "params.safetensors"))
+
+
+def export_hf(path: str, tok, model_config: transformer.ModelConfig, params) -> None:
+  """Writes a Hugging Face folder (see `models/hf_export.py`); generation stops at the
+  agent format's end-of-turn / end-of-action tokens as well as EOS."""
+  from gagar_jax.envs import transcript
+  from gagar_jax.models import hf_export
+
+  stops = transcript.AgentFormat(tok).stop_token_ids
+  hf_export.export(path, tok, model_config, params, stop_ids=stops)
 
 
 def fingerprint(path: str) -> str:

@@ -255,7 +255,7 @@ def _same_params(a, b):
 
 def _export_and_reimport(policy_dir, out):
   tok, config, params = policy_io.load(policy_dir)
-  hf_export.export(out, tok, config, params)
+  policy_io.export_hf(out, tok, config, params)
   tok2, config2, params2 = policy_io.load(out)
   assert config2 == config and tok2.template.source == tok.template.source
   assert tok2.encode("def add(a, b):") == tok.encode("def add(a, b):")
@@ -285,7 +285,7 @@ def test_export_matches_what_transformers_loaded(tmp_path):
 def test_exported_qwen_reimports_identically(tmp_path, qwen):
   policy, params = qwen
   out = str(tmp_path / "qwen_again")
-  hf_export.export(out, policy.tok, policy.model_config, params)
+  policy_io.export_hf(out, policy.tok, policy.model_config, params)
   again = policy_io.open_policy(out)
   assert again.kind == "hf" and again.model_config == policy.model_config
   _same_params(params, policy_io.load_weights(again))
@@ -294,7 +294,7 @@ def test_exported_qwen_reimports_identically(tmp_path, qwen):
   shards = str(tmp_path / "qwen_shards")
   old, hf_export.MAX_SHARD_BYTES = hf_export.MAX_SHARD_BYTES, 100_000
   try:
-    hf_export.export(shards, policy.tok, policy.model_config, params)
+    policy_io.export_hf(shards, policy.tok, policy.model_config, params)
   finally:
     hf_export.MAX_SHARD_BYTES = old
   assert os.path.exists(os.path.join(shards, "model.safetensors.index.json"))

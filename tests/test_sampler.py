@@ -267,3 +267,40 @@ def test_sharded_compacting_decode_equals_single_device(devices8, nano_config):
   assert state.cache[0].k.sharding.spec == sharding.logical_to_spec(
     ("batch", "kv_heads", None, "head_dim"), None
   )
+
+
+@pytest.mark.parametrize("chunk", [0, 3])
+def test_stop_strings_end_rows_mid_token_and_rewind_the_cache(nano_config, nano_model, chunk):
+  graphdef, params = nano_model
+  sampler = sampler_lib.Sampler(nano_config, graphdef, cache_size=64, decode_chunk=chunk)
+  greedy = sampler_lib.SamplingParams(max_new_tokens=12, temperature=0.0)
+  _, ref = _generate(sampler, params, PROMPTS, jax.random.key(0), greedy)
+  ref = np.asarray(ref.tokens)
+
+  def decode(ids):
+    return "".join(f"<{int(i)}>" for i in ids)
+
+  # A string that starts inside token 3 of row 0 and ends inside token 4.
+  stop = decode(ref[0, 3:5])[1:-1]
+  want = [
+    next((k for k in range(1, 13) if stop in decode(ref[r, :k])), 12) for r in range(len(PROMPTS))
+  ]
+  assert want[0] <= 5
+  strings = sampler_lib.StopStrings((stop,), decode)
+  state, out = sampler.generate(
+    params, sampler.prefill(params, PROMPTS), jax.random.key(0), greedy, stop_strings=strings
+  )
+  assert np.asarray(out.num_tokens).tolist() == want
+  for r, k in enumerate(want):
+    np.testing.assert_array_equal(np.asarray(out.tokens)[r, :k], ref[r, :k])
+    assert (np.asarray(out.tokens)[r, k:] == 0).all() and np.asarray(out.mask)[r].sum() == k
+    if k < 12:
+      assert int(out.finish_reason[r]) == sampler_lib.FINISH_STOP
+  # The cache holds exactly prompt + kept tokens: the next turn equals a fresh prefill.
+  kept = list(zip(PROMPTS, want, strict=True))
+  assert np.asarray(state.lengths).tolist() == [len(p) + k for p, k in kept]
+  state = sampler.append(params, state, [[1, 2]] * len(PROMPTS))
+  _, turn2 = sampler.generate(params, state, jax.random.key(1), greedy)
+  fresh = [p + ref[r, :k].tolist() + [1, 2] for r, (p, k) in enumerate(kept)]
+  _, expect = _generate(sampler, params, fresh, jax.random.key(1), greedy)
+  np.testing.assert_array_equal(turn2.tokens, expect.tokens)

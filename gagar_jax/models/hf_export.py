@@ -1,14 +1,15 @@
 """Writes a policy as a Hugging Face folder: `config.json`, safetensors, tokenizer files.
 
-    hf_export.export("runs/qwen/hf", tok, model_config, params)
+    hf_export.export("runs/qwen/hf", tok, model_config, params, stop_ids=(eot,))
 
 The folder is what `transformers` (`AutoModelForCausalLM` / `AutoTokenizer`), vLLM,
 lm-eval and EvalPlus read: a Qwen2 `config.json` when the model has QKV biases, else
 a Llama one (Llama-3 rope scaling included); HF tensor names and the PyTorch
 `nn.Linear` layout; `tokenizer.json`, `tokenizer_config.json` and the chat template
-(`chat_template.jinja`); a `generation_config.json` whose EOS ids include the
-end-of-turn and end-of-action tokens, so generation stops where a rollout's action
-does. `hf_import` reads it back to the same parameters.
+(`chat_template.jinja`); a `generation_config.json` whose EOS ids include the given
+stop tokens (`policy_io.export_hf` passes the end-of-turn and end-of-action tokens,
+so generation stops where a rollout's action does). `hf_import` reads it back to the
+same parameters.
 """
 
 from __future__ import annotations
@@ -68,15 +69,15 @@ def _special_id(tok, name: str):
   return getattr(tok, "special_tokens", {}).get(text) if text else None
 
 
-def export(path: str, tok, model_config: transformer.ModelConfig, params) -> None:
-  """Writes the HF folder `path` for a policy (tokenizer, ModelConfig, `nnx.State`)."""
-  from gagar_jax.envs import transcript
+def export(path: str, tok, model_config: transformer.ModelConfig, params, stop_ids=()) -> None:
+  """Writes the HF folder `path` for a policy (tokenizer, ModelConfig, `nnx.State`).
 
+  `stop_ids`: tokens besides EOS that end a generation (`generation_config.json`).
+  """
   os.makedirs(path, exist_ok=True)
   with open(os.path.join(path, "config.json"), "w") as f:
     json.dump(hf_config(model_config, tok), f, indent=2)
-  fmt = transcript.AgentFormat(tok)
-  stops = [tok.eos_id, *(i for i in fmt.stop_token_ids if i != tok.eos_id)]
+  stops = [tok.eos_id, *(i for i in stop_ids if i != tok.eos_id)]
   with open(os.path.join(path, "generation_config.json"), "w") as f:
     json.dump(
       {
