@@ -353,3 +353,52 @@ def test_rl_and_sft_from_hf_folder_then_export(arch, data_dir, tmp_path):
   source = json.load(open(os.path.join(folder, "tokenizer_config.json")))
   assert exported["tokenizer_class"] == source["tokenizer_class"]
   assert exported["eos_token"] == source["eos_token"]
+
+
+LLAMA2_TEMPLATE = (
+  "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}"
+  "{% set system_message = messages[0]['content'] %}{% else %}"
+  "{% set loop_messages = messages %}{% set system_message = false %}{% endif %}"
+  "{% for message in loop_messages %}"
+  "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+  "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+  "{% endif %}{% if loop.index0 == 0 and system_message != false %}"
+  "{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}"
+  "{% else %}{% set content = message['content'] %}{% endif %}"
+  "{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"
+  "{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}"
+  "{% endif %}{% endfor %}"
+)
+
+
+def test_a_template_without_a_tool_role_sends_observations_as_user_turns():
+  """Llama 2's template raises on any role but alternating user / assistant."""
+  tok = tokenizers.HFTokenizer.from_file(_folder("llama"), chat_template=LLAMA2_TEMPLATE)
+  fmt = transcript.AgentFormat(tok, transcript.system_message())
+  assert fmt.observation_role == "user" and not fmt.system_in_user
+  assert fmt.end_of_turn == tok.eos_id == tok.token_id("<|eot_id|>")
+  text = tok.decode(fmt.prompt_ids("Issue: x"))
+  assert text.startswith("<|begin_of_text|>[INST] <<SYS>>\nYou are a coding agent")
+  assert text.endswith("Issue: x [/INST]")
+  turns = [("view a.py", "1 y"), ("submit", "")]
+  ids, mask = fmt.encode_episode("Issue: x", turns, max_obs_tokens=64)
+  messages = [
+    {"role": "system", "content": fmt.system},
+    {"role": "user", "content": "Issue: x"},
+    {"role": "assistant", "content": "view a.py"},
+    {"role": "user", "content": "1 y"},
+    {"role": "assistant", "content": "submit"},
+  ]
+  # Up to the spaces the template puts around an assistant message, the same text.
+  rendered = tok.template.render(messages)
+  assert tok.decode(ids).replace(" ", "") == rendered.replace(" ", "")
+  assert sum(mask) == len(tok.encode("view a.py")) + len(tok.encode("submit")) + 2
+
+
+def test_hf_weights_load_straight_into_the_sharded_layout(devices8, qwen):
+  policy, host = qwen
+  mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+  params = policy_io.load_weights(policy, mesh=mesh)
+  q = params["layers"][0]["attn"]["q_proj"].get_value()
+  assert q.sharding.spec == sharding.logical_to_spec(("embed", "heads", "head_dim"), None)
+  _same_params(host, params)
