@@ -97,10 +97,16 @@ def test_malformed_actions_give_error_observations(text, pool):
 
 def test_episode_edits_and_errors(pool):
   task = minirepo.generate_task(4, n_functions=2)
-  ep = tools.Episode(task, max_turns=10, pool=pool)
+  ep = tools.Episode(task, max_turns=14, pool=pool)
   assert ep.prompt().startswith(f"Issue: {task.issue}") and task.bug.path in ep.prompt()
   assert ep.step(f"replace {task.bug.function}: zzz => y").startswith("error: 'zzz' not found")
   assert ep.step("replace no_such_fn: a => b").startswith("error: no function")
+  # Text that is not an action gets the grammar; an impossible edit gets its reason only.
+  for bad, reason in (("fix the bug please", "unknown action"), ("replace f a b", "malformed")):
+    obs = ep.step(bad)
+    assert obs.startswith(f"error: {reason}") and tools.GRAMMAR in obs
+    assert "replace <func>: <old> => <new>" in obs
+  assert tools.GRAMMAR not in ep.step(f"delete {task.bug.path} 999")
   assert ep.step(f"view {task.bug.path}").startswith("1 def ")
   obs = ep.step(f"replace {task.bug.function}: {task.bug.old} => {task.bug.new}")
   assert obs.startswith(f"ok: {task.bug.path} line {task.bug.line}")
