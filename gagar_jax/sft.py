@@ -87,6 +87,11 @@ def parse_config(config) -> SFTConfig:
       _format(policy.tok, rollout_cfg.system_prompt)
   if "habits" in config:
     from_dict(expert.HabitConfig, config.habits, "habits")
+  if "name" in config.get("suite", {}):  # the policy's suites (the grader's is MiniRepo)
+    from gagar_jax import suites
+
+    for name, _ in suites.check_config(config.suite):
+      check(suites.get(name).demos is not None, "suite.name", f"{name} has no demonstrations")
   if "context" in config:  # the LM grader's context window
     budgets.append(("context", config.context))
   for field, value in budgets:
@@ -215,15 +220,17 @@ class SFTTrainer:
 # ---------------------------------------------------------------------------- the run
 
 
-def load_demos(config, split: str):
-  """(prompt, [(action, observation)]) pairs of the expert on `split` (built if missing)."""
+def load_demos(config, split: str, section=None):
+  """(prompt, [(action, observation)]) pairs of the MiniRepo expert on `split` (built if
+  missing), and the raw records; `section`: the MiniRepo suite (`config.suite.minirepo`)."""
   from gagar_jax.data import builders, pipeline
   from gagar_jax.envs import expert
 
+  section = config.suite.minirepo if section is None else section
   habits = from_dict(expert.HabitConfig, config.habits, "habits")
   ds = pipeline.demos(
     config.data_dir,
-    builders.demos_config(builders.suite_from_config(config.suite), habits, config.seed),
+    builders.demos_config(builders.suite_from_config(section), habits, config.seed),
     split,
     seed=config.seed,
     shuffle=False,
@@ -233,12 +240,12 @@ def load_demos(config, split: str):
   return [(d["prompt"], [(a, o) for a, o, _, _ in d["turns"]]) for d in demos], demos
 
 
-def evaluate_policy(engine, params, tasks, key) -> dict:
+def evaluate_policy(engine, params, tasks, key, by_suite: bool = False) -> dict:
   """Sampled rollouts (groups of `engine.config.group_size`) -> `evaluation.policy_metrics`."""
   from gagar_jax import evaluation
 
   groups = engine.run(params, tasks, key)
-  return evaluation.policy_metrics(groups)
+  return evaluation.policy_metrics(groups, by_suite=by_suite)
 
 
 class Fitted:
@@ -383,9 +390,8 @@ def run(config, workdir: str, export: str = "") -> dict:
   import os
   import time
 
+  from gagar_jax import evaluation, rollout, suites
   from gagar_jax import metrics as metrics_lib
-  from gagar_jax import rollout
-  from gagar_jax.data import builders, pipeline
   from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
 
   start = time.time()
@@ -396,20 +402,28 @@ def run(config, workdir: str, export: str = "") -> dict:
   sharding.initialize_distributed(config.distributed)
   os.makedirs(workdir, exist_ok=True)
   metrics_lib.save_config(config, workdir)
+  mixture = suites.check_config(config.suite)
+  by_suite = len(mixture) > 1
   print(
-    f"[sft] building/reading the MiniRepo suite and expert demonstrations in {config.data_dir}",
+    f"[sft] building/reading the {config.suite.name} suite(s) and expert demonstrations in "
+    f"{config.data_dir}",
     flush=True,
   )
-  pairs, raw = load_demos(config, "train")
-  habit_share = {h: float(np.mean([h in d["habits"] for d in raw])) for h in config.habits}
-  print(
-    f"[sft] {len(pairs)} demonstrations; habit shares "
-    + ", ".join(f"{k} {v:.0%}" for k, v in habit_share.items()),
-    flush=True,
-  )
-  suite = builders.suite_from_config(config.suite)
-  val = pipeline.tasks(config.data_dir, suite, "validation", seed=config.seed, shuffle=False)
-  val_tasks = [val[i] for i in range(config.eval.tasks)]
+  pairs, habit_share = [], {}
+  for name, _ in mixture:
+    if name == "minirepo":  # the scripted expert with its habits (TFDS)
+      demos, raw = load_demos(config, "train")
+      habit_share = {h: float(np.mean([h in d["habits"] for d in raw])) for h in config.habits}
+    else:
+      demos = suites.get(name).demos(config, config.suite[name], "train")
+    print(f"[sft] {name}: {len(demos)} demonstrations", flush=True)
+    pairs += demos
+  if habit_share:
+    print(
+      "[sft] minirepo habit shares " + ", ".join(f"{k} {v:.0%}" for k, v in habit_share.items()),
+      flush=True,
+    )
+  val_tasks = suites.held_out(config.data_dir, config.suite, "validation", config.eval.tasks)
   pool = SandboxPool(SandboxConfig(workers=config.sandbox_workers))
   key = jax.random.key(config.seed)
   engines = {}
@@ -423,10 +437,10 @@ def run(config, workdir: str, export: str = "") -> dict:
 
   def evaluate(trainer, params, model_config, tok, step):
     engine = engine_for(trainer, model_config, tok)
-    ev = evaluate_policy(engine, params, val_tasks, jax.random.fold_in(key, step))
+    ev = evaluate_policy(engine, params, val_tasks, jax.random.fold_in(key, step), by_suite)
     print(
       f"[eval] step {step}: pass@1 {ev['pass@1']:.2f} informative "
-      f"{ev['informative_groups']:.2f} bloated-passing {ev['passing_bloated']:.2f}",
+      f"{ev['informative_groups']:.2f} bloated-passing {evaluation.fmt(ev.get('passing_bloated'))}",
       flush=True,
     )
     return ev
@@ -441,13 +455,13 @@ def run(config, workdir: str, export: str = "") -> dict:
     start=start,
     system_prompt=config.rollout.system_prompt,
   )
-  test = pipeline.tasks(config.data_dir, suite, "test", seed=config.seed, shuffle=False)
   engine = engine_for(fitted.trainer, fitted.model_config, fitted.tok)
   final = evaluate_policy(
     engine,
     fitted.state.params,
-    [test[i] for i in range(config.eval.final_tasks)],
+    suites.held_out(config.data_dir, config.suite, "test", config.eval.final_tasks),
     jax.random.fold_in(key, 10**6),
+    by_suite,
   )
   pool.close()
   summary = {
@@ -470,7 +484,8 @@ def run(config, workdir: str, export: str = "") -> dict:
   plot_curve(fitted.curve, os.path.join(workdir, "curve.png"))
   print(
     f"[sft] done: test pass@1 {final['pass@1']:.2f}, informative groups "
-    f"{final['informative_groups']:.2f}, bloated passing {final['passing_bloated']:.2f}; "
+    f"{final['informative_groups']:.2f}, bloated passing "
+    f"{evaluation.fmt(final.get('passing_bloated'))}; "
     f"outputs in {workdir}",
     flush=True,
   )
@@ -498,7 +513,7 @@ def plot_curve(
   ax[0].plot(t, [p["action_nll"] for p in curve], "o-")
   ax[0].set(xlabel="minutes", ylabel="action-token NLL", title=loss_title)
   for k in keys:
-    ax[1].plot(t, [np.nan_to_num(p[k]) for p in curve], "o-", label=k)
+    ax[1].plot(t, [np.nan_to_num(p.get(k, np.nan)) for p in curve], "o-", label=k)
   ax[1].set(xlabel="minutes", ylim=ylim, title=title)
   ax[1].legend()
   fig.tight_layout()
@@ -515,6 +530,7 @@ def write_report(summary: dict, path: str, command: str, curve_png: str) -> None
   import shutil
 
   final = summary["final_test"]
+  q = lambda k: final.get(k, float("nan"))  # absent where nothing passed
   lines = [
     "# Warm-start calibration (MiniRepo, tiny policy)",
     "",
@@ -530,13 +546,13 @@ def write_report(summary: dict, path: str, command: str, curve_png: str) -> None
     "| --- | --- | --- |",
     f"| sampled pass@1 | {final['pass@1']:.3f} | 0.20 - 0.80 |",
     f"| informative groups (passes and fails) | {final['informative_groups']:.3f} | >= 0.40 |",
-    f"| passing samples with a bloat habit | {final['passing_bloated']:.3f} | >= 0.30 |",
-    f"| pass@8 | {final.get('pass@8', float('nan')):.3f} | |",
-    f"| passing: out-of-scope edit | {final['passing_out_of_scope']:.3f} | |",
-    f"| passing: dead code | {final['passing_dead_code']:.3f} | |",
-    f"| passing: redundant action | {final['passing_redundant']:.3f} | |",
-    f"| passing: diff larger than the reference | {final['passing_excess_diff']:.3f} | |",
-    f"| passing: never ran the tests | {final['passing_untested']:.3f} | |",
+    f"| passing samples with a bloat habit | {q('passing_bloated'):.3f} | >= 0.30 |",
+    f"| pass@8 | {final.get('pass@8'):.3f} | |",
+    f"| passing: out-of-scope edit | {q('passing_out_of_scope'):.3f} | |",
+    f"| passing: dead code | {q('passing_dead_code'):.3f} | |",
+    f"| passing: redundant action | {q('passing_redundant'):.3f} | |",
+    f"| passing: diff larger than the reference | {q('passing_excess_diff'):.3f} | |",
+    f"| passing: never ran the tests | {q('passing_untested'):.3f} | |",
     f"| episode tokens (mean) | {final['episode_tokens']:.0f} | 512-768 max |",
     "",
     "Habit shares in the expert demonstrations: "
@@ -552,7 +568,7 @@ def write_report(summary: dict, path: str, command: str, curve_png: str) -> None
     lines.append(
       f"| {p['step']} | {p['seconds'] / 60:.1f} | {p['action_nll']:.3f} | "
       f"{p['pass@1']:.3f} | {p['informative_groups']:.3f} | "
-      f"{p['passing_bloated']:.3f} |"
+      f"{p.get('passing_bloated'):.3f} |"
     )
   image = os.path.splitext(path)[0] + ".png"
   lines += ["", f"![learning curve]({os.path.basename(image)})", ""]

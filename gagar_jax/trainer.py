@@ -22,7 +22,7 @@ import jax
 import numpy as np
 
 from gagar_jax import arms as arms_lib
-from gagar_jax import evaluation, policy_io, rollout, sharding
+from gagar_jax import evaluation, policy_io, rollout, sharding, suites
 from gagar_jax import metrics as metrics_lib
 from gagar_jax.configlib import check, check_positive_ints, from_dict
 from gagar_jax.errors import ConfigError
@@ -45,6 +45,7 @@ def parse_config(config):
   learner_cfg = from_dict(LearnerConfig, config.learner, "learner")
   rollout_cfg = from_dict(rollout.RolloutConfig, config.rollout, "rollout")
   arms_lib.check_advantage(config.arm, learner_cfg.advantage)
+  graded_suites(config)  # checks the suite section and grader.suites
   policy = policy_io.open_from_config(config)
   try:  # the episode format must render (system message, tool turns, stop tokens)
     rollout.agent_format(policy.tok, rollout_cfg)
@@ -59,6 +60,41 @@ def parse_config(config):
     f"(of the warm start in {config.init_from})",
   )
   return learner_cfg, rollout_cfg, policy
+
+
+def batch_metrics(groups) -> dict[str, float]:
+  """Per-step host metrics of the kept groups: lengths, passes, informative groups and the
+  quality of passing solutions (absent, not 0, where nothing passed or the suite has no
+  quality signals)."""
+  flat = [tr for grp in groups for tr in grp]
+  out = {
+    "episode_tokens": float(np.mean([len(tr.tokens) for tr in flat])),
+    "policy_tokens": float(np.mean([sum(tr.mask) for tr in flat])),
+    "kept_pass_rate": float(np.mean([tr.passed for tr in flat])),
+    "kept_informative": float(
+      np.mean([0 < sum(t.passed for t in grp) < len(grp) for grp in groups])
+    ),
+  }
+  q = evaluation.quality_metrics(flat)
+  out.update(
+    {k: q[k] for k in ("passing_bloated", "passing_out_of_scope", "passing_dead_code") if k in q}
+  )
+  return out
+
+
+def graded_suites(config) -> frozenset[str]:
+  """The suites of the mixture whose groups go to the grader (`grader.suites`, "" = those
+  graded by default); the others get plain GRPO advantages in the same batch."""
+  mixture = suites.check_config(config.suite)
+  names = [n for n, _ in mixture]
+  spec = config.grader.get("suites", "")
+  if not spec:
+    return frozenset(n for n in names if suites.get(n).graded)
+  chosen = [x.strip() for x in spec.split(",") if x.strip()]
+  for name in chosen:
+    suites.get(name, "grader.suites")
+    check(name in names, "grader.suites", f"{name!r} is not in suite.name={config.suite.name!r}")
+  return frozenset(chosen)
 
 
 def shaped_rewards(passed: np.ndarray, ranks: np.ndarray, coef: float) -> np.ndarray:
@@ -87,7 +123,6 @@ class Trainer:
     self.profile_steps = profile_steps
     self.config, self.workdir = config, workdir
     self.learner_cfg, self.rollout_cfg, policy = parse_config(config)  # before any compute
-    from gagar_jax.data import builders, pipeline
     from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
     from gagar_jax.grading import loop as loop_lib
 
@@ -131,12 +166,14 @@ class Trainer:
       root=os.path.join(workdir, "workspaces"),
       seed=config.seed,
     )
-    suite = builders.suite_from_config(config.suite)
-    self.train_tasks = pipeline.tasks(config.data_dir, suite, "train", seed=config.seed)
-    val = pipeline.tasks(config.data_dir, suite, "validation", seed=0, shuffle=False)
-    test = pipeline.tasks(config.data_dir, suite, "test", seed=0, shuffle=False)
-    self.val_tasks = [val[i] for i in range(config.eval.tasks)]
-    self.test_tasks = [test[i] for i in range(config.eval.final_tasks)]
+    # Tasks of the suite mixture by data position; held-out sets per suite.
+    self.train_tasks = suites.MixedTasks(config.data_dir, config.suite, "train", seed=config.seed)
+    self.by_suite = len(self.train_tasks.names) > 1
+    self.graded_suites = graded_suites(config)
+    self.val_tasks = suites.held_out(config.data_dir, config.suite, "validation", config.eval.tasks)
+    self.test_tasks = suites.held_out(
+      config.data_dir, config.suite, "test", config.eval.final_tasks
+    )
     self.ckpt = Checkpointer(
       os.path.join(workdir, "checkpoints"),
       self.learner.abstract_state,
@@ -164,10 +201,16 @@ class Trainer:
     submitted = [0]
 
     def grade(slot, group):
-      submitted[0] += bool(self.grader_loop.submit(slot, group))
+      if group[0].task.suite in self.graded_suites:  # else equal ranks: GRPO advantages
+        submitted[0] += bool(self.grader_loop.submit(slot, group))
 
     groups, ro = self.engine.collect(
-      state.params, next_task, n, key, on_group=grade if self.grades else None
+      state.params,
+      next_task,
+      n,
+      key,
+      on_group=grade if self.grades else None,
+      by_suite=self.by_suite,
     )
     times["rollout_s"] = time.perf_counter() - start
     submitted = submitted[0]
@@ -209,17 +252,11 @@ class Trainer:
       state, m = learner.step(state, batch)
     times["update_s"] = time.perf_counter() - t0
     times["step_s"] = time.perf_counter() - start
-    flat = [tr for grp in groups for tr in grp]
-    winners = [tr for tr in flat if tr.passed and tr.signals is not None]
-    quality = {
-      "episode_tokens": float(np.mean([len(tr.tokens) for tr in flat])),
-      "policy_tokens": float(np.mean([sum(tr.mask) for tr in flat])),
-      "grader_groups": float(submitted),
-    }
-    if winners:  # quality of passing solutions; absent (not 0) when nothing passed
-      quality["passing_bloated"] = float(np.mean([w.signals.bloated for w in winners]))
-      quality["passing_out_of_scope"] = float(np.mean([w.signals.out_of_scope for w in winners]))
-      quality["passing_dead_code"] = float(np.mean([w.signals.dead_code > 0 for w in winners]))
+    quality = {"grader_groups": float(submitted), **batch_metrics(groups)}
+    if self.by_suite:  # the same per suite of the mixture
+      for name in sorted({evaluation.suite_of(grp) for grp in groups}):
+        sub = [grp for grp in groups if evaluation.suite_of(grp) == name]
+        quality.update({f"{name}/{k}": v for k, v in batch_metrics(sub).items()})
     metrics = {**ro, **m, **grade_metrics, **times, **quality, "skipped": 0.0}
     return state, counter[0], metrics
 
@@ -322,7 +359,8 @@ class Trainer:
         jax.profiler.stop_trace()
       save(force=True)
     final = evaluation.policy_metrics(
-      self.eval_engine.run(state.params, self.test_tasks, jax.random.fold_in(key, 10**7))
+      self.eval_engine.run(state.params, self.test_tasks, jax.random.fold_in(key, 10**7)),
+      by_suite=self.by_suite,
     )
     if jax.process_count() == 1:  # the RL'd policy, loadable like init_from
       policy_io.export(
@@ -345,7 +383,8 @@ class Trainer:
     print(
       f"[train] done: test pass@1 {final['pass@1']:.3f}, pass@{c.eval.group_size} "
       f"{final[f'pass@{c.eval.group_size}']:.3f}, bloated passing "
-      f"{final['passing_bloated']:.2f}, tokens {final['episode_tokens']:.0f}; outputs in "
+      f"{evaluation.fmt(final.get('passing_bloated'))}, tokens {final['episode_tokens']:.0f}; "
+      "outputs in "
       f"{self.workdir}",
       flush=True,
     )
@@ -355,12 +394,14 @@ class Trainer:
     ev = evaluation.policy_metrics(
       self.eval_engine.run(
         state.params, self.val_tasks, jax.random.fold_in(jax.random.fold_in(key, 2**30), step)
-      )
+      ),
+      by_suite=self.by_suite,
     )
     self.writer.write(step, ev, prefix="eval")
     print(
       f"[eval] step {step}: pass@1 {ev['pass@1']:.3f} informative "
-      f"{ev['informative_groups']:.2f} bloated-passing {ev['passing_bloated']:.2f} tokens "
+      f"{ev['informative_groups']:.2f} bloated-passing {evaluation.fmt(ev.get('passing_bloated'))} "
+      "tokens "
       f"{ev['episode_tokens']:.0f}",
       flush=True,
     )
@@ -390,7 +431,7 @@ def plot_run(records: list[dict], curve: list[dict], path: str) -> None:
     ax[3].plot(steps, get("train/grad_norm"))
   if curve:
     ax[0].plot([p["step"] for p in curve], [p["pass@1"] for p in curve], "o-", label="eval pass@1")
-    ax[1].plot([p["step"] for p in curve], [p["passing_bloated"] for p in curve], "o-")
+    ax[1].plot([p["step"] for p in curve], [p.get("passing_bloated", np.nan) for p in curve], "o-")
     ax[2].plot([p["step"] for p in curve], [p["episode_tokens"] for p in curve], "o-", label="eval")
   ax[0].set(title="pass rate", xlabel="step", ylim=(0, 1))
   ax[0].legend()

@@ -52,8 +52,20 @@ def test_demos_round_trip(data_dir):
   assert d["signals"]["bloated"] == bool(d["habits"])
 
 
-def test_humaneval_round_trip(data_dir):
-  source = pipeline.humaneval_builder(data_dir).as_data_source(split="test")
-  assert len(source) == 164
-  ids = {source[i]["task_id"].decode() for i in range(164)}
-  assert "HumanEval/0" in ids and "HumanEval/163" in ids
+def test_humaneval_splits_round_trip(data_dir):
+  from gagar_jax.envs import humaneval
+
+  sizes, ids = {}, set()
+  for split in ("train", "validation", "test"):
+    ds = pipeline.humaneval_tasks(
+      data_dir, builders.humaneval_config(), split, seed=0, shuffle=False, repeat=False
+    )
+    tasks = [ds[i] for i in range(len(ds))]
+    assert all(humaneval.split_of(t.task_id) == split and t.suite == "humaneval" for t in tasks)
+    sizes[split] = len(tasks)
+    ids |= {t.task_id for t in tasks}
+  # The fixed split of the 164 problems (documented in envs/humaneval.py).
+  assert sizes == {"train": 103, "validation": 33, "test": 28} and len(ids) == 164
+  original = {t.task_id: t for t in humaneval.load_tasks()}
+  assert all(original[t.task_id] == t for t in tasks)  # lossless JSON round trip
+  assert builders.Humaneval.VERSION == "2.0.0"

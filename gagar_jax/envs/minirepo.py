@@ -25,7 +25,7 @@ import dataclasses
 import hashlib
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -84,8 +84,16 @@ class Bug:
   line: int  # 1-based line of the edit in the buggy file
 
 
+# The tool actions a MiniRepo episode accepts (all of `envs/tools.py`).
+ACTIONS = ("view", "replace", "insert", "delete", "write", "test", "submit")
+
+
 @dataclasses.dataclass(frozen=True)
 class Task:
+  """A MiniRepo task (implements the task protocol of `envs/task.py`)."""
+
+  suite: ClassVar[str] = "minirepo"
+  actions: ClassVar[tuple[str, ...]] = ACTIONS
   task_id: str
   seed: int
   files: dict[str, str]
@@ -121,6 +129,19 @@ class Task:
       bug=Bug(**d["bug"]),
       difficulty=dict(d["difficulty"], bug_kinds=tuple(d["difficulty"]["bug_kinds"])),
     )
+
+  def evaluate(self, files: dict[str, str], pool=None) -> EvalResult:
+    """The hidden tests against `files` (see `evaluate`)."""
+    return evaluate(self, files, pool)
+
+  def signals(self, files: dict[str, str], turns):
+    """Quality signals of a finished episode (`envs/quality.py`)."""
+    from gagar_jax.envs import quality
+
+    return quality.signals(self, files, turns)
+
+  def reference(self) -> dict[str, str]:
+    return self.reference_files
 
   def functions(self) -> dict[str, str]:
     """function name -> path of the module defining it."""

@@ -118,15 +118,14 @@ class Episode:
   """One agent working on one task: apply actions, produce observations.
 
   Args:
-    task: the MiniRepo task.
+    task: a task (the protocol of `envs/task.py`: MiniRepo, HumanEval, ...); actions
+      outside `task.actions` get an error observation.
     max_turns: the turn budget; reaching it ends the episode.
     show_files: put every file in the first prompt (no `view` needed).
     pool: the sandbox pool for `test` (default: `minirepo.default_pool()`).
   """
 
-  def __init__(
-    self, task: minirepo.Task, *, max_turns: int = 6, show_files: bool = True, pool=None
-  ):
+  def __init__(self, task, *, max_turns: int = 6, show_files: bool = True, pool=None):
     self.task = task
     self.files = dict(task.files)
     self.max_turns = max_turns
@@ -165,6 +164,10 @@ class Episode:
       action = parse_action(text)
     except ActionError as e:  # not an action: quote the grammar
       action, obs, changed, kind = None, f"error: {e}. {HELP}", False, "error"
+    if action is not None and action.kind not in self.task.actions:
+      allowed = ", ".join(self.task.actions)
+      obs = f"error: no {action.kind} action for this task (actions: {allowed})"
+      action, changed, kind = None, False, "error"
     if action is not None:
       try:
         obs, changed = self._apply(action)

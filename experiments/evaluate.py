@@ -1,0 +1,203 @@
+"""Evaluates a policy on one suite's split: unbiased pass@k, episode tokens, quality.
+
+    python experiments/evaluate.py --policy=assets/pre_rl --suite=minirepo --split=test --samples=8
+    python experiments/evaluate.py --policy=assets/pre_rl --suite=humaneval --samples=8
+    python experiments/evaluate.py --policy=/path/to/hf_folder --suite=humaneval \\
+        --samples=4 --max_episode_tokens=4096 --max_action_tokens=512 --out=runs/eval_qwen
+
+`--policy` is a policy folder or a Hugging Face folder. Every task of the split (or the
+first `--tasks`) is attempted `--samples` times at `--temperature`; pass@k for every k in
+1..samples is the unbiased estimator of Chen et al. (2021) averaged over tasks, with its
+standard error across tasks. Quality signals of passing samples are reported where the
+suite has them (MiniRepo), "n/a" where it has none (HumanEval). An episode whose prompt
+does not fit `--max_episode_tokens` (default: the model's max_seq_len) fails and is
+counted in `prompt_too_long`. Writes `eval.json` and `eval.md` to `--out`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import jax
+import numpy as np
+from absl import app, flags, logging
+
+from configs import common
+from gagar_jax import evaluation, policy_io, rollout, suites
+from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
+from gagar_jax.errors import ConfigError
+
+_POLICY = flags.DEFINE_string("policy", None, "A policy folder or a Hugging Face folder.")
+_SUITE = flags.DEFINE_string("suite", "minirepo", f"One of {tuple(suites.REGISTRY)}.")
+_SPLIT = flags.DEFINE_string("split", "test", f"One of {suites.SPLITS}.")
+_SAMPLES = flags.DEFINE_integer("samples", 8, "Samples per task (pass@k for k <= samples).")
+_TASKS = flags.DEFINE_integer("tasks", 0, "Evaluate the first N tasks of the split (0: all).")
+_BATCH = flags.DEFINE_integer("batch_tasks", 8, "Tasks per rollout batch.")
+_TEMPERATURE = flags.DEFINE_float("temperature", 1.0, "Sampling temperature.")
+_MAX_TURNS = flags.DEFINE_integer("max_turns", 6, "Actions per episode.")
+_MAX_ACTION = flags.DEFINE_integer("max_action_tokens", 40, "Tokens per action.")
+_MAX_OBS = flags.DEFINE_integer("max_obs_tokens", 64, "Observation tokens kept.")
+_MAX_EPISODE = flags.DEFINE_integer(
+  "max_episode_tokens", 0, "Tokens per episode (0: the model's max_seq_len)."
+)
+_SYSTEM = flags.DEFINE_string("system_prompt", "auto", "auto | grammar | none.")
+_TEMPLATE = flags.DEFINE_string("chat_template", "", "A .jinja file replacing the policy's.")
+_DATA_DIR = flags.DEFINE_string("data_dir", "data/tfds", "Where the TFDS suites live.")
+_OUT = flags.DEFINE_string("out", "", "Output folder (default runs/eval/<policy>_<suite>_<split>).")
+_SEED = flags.DEFINE_integer("seed", 0, "Sampling seed.")
+_WORKERS = flags.DEFINE_integer("sandbox_workers", 2, "Sandbox processes.")
+flags.mark_flag_as_required("policy")
+
+
+def progress(done: int, total: int, start: float, note: str = "") -> None:
+  """One progress line: a bar, the count, elapsed time and the ETA."""
+  width = 24
+  filled = int(width * done / max(total, 1))
+  elapsed = time.time() - start
+  eta = elapsed / done * (total - done) if done else float("nan")
+  print(
+    f"[eval] |{'#' * filled}{'.' * (width - filled)}| {done}/{total} tasks {note} | "
+    f"{elapsed:.0f}s elapsed, eta {eta:.0f}s",
+    flush=True,
+  )
+
+
+def summarize(groups, samples: int) -> dict:
+  """pass@k (unbiased, mean and standard error over tasks), tokens, quality."""
+  n_pass = np.array([sum(t.passed for t in g) for g in groups])
+  out = {"tasks": len(groups), "samples": samples}
+  for k in range(1, samples + 1):
+    per_task = np.array([evaluation.pass_at_k(samples, int(c), k) for c in n_pass])
+    out[f"pass@{k}"] = float(per_task.mean())
+    se = per_task.std(ddof=1) / np.sqrt(len(per_task)) if len(per_task) > 1 else float("nan")
+    out[f"pass@{k}_se"] = float(se)
+  flat = [t for g in groups for t in g]
+  out["episode_tokens"] = float(np.mean([len(t.tokens) for t in flat]))
+  out["policy_tokens"] = float(np.mean([sum(t.mask) for t in flat]))
+  out["turns"] = float(np.mean([len(t.turns) for t in flat]))
+  out["prompt_too_long"] = float(np.mean([t.finish == "prompt" for t in flat]))
+  out["quality"] = evaluation.quality_metrics(flat) or None  # None: not applicable
+  out["per_task"] = [
+    {"task_id": g[0].task.task_id, "passed": int(c)} for g, c in zip(groups, n_pass, strict=True)
+  ]
+  return out
+
+
+def markdown(result: dict) -> str:
+  s = result["samples"]
+  lines = [
+    f"# {result['suite']} {result['split']}: {result['policy']}",
+    "",
+    f"{result['tasks']} tasks x {s} samples at temperature {result['temperature']}; "
+    f"{result['seconds']:.0f} s. pass@k is the unbiased estimator (Chen et al. 2021), "
+    "mean over tasks +- its standard error.",
+    "",
+    "| k | pass@k | s.e. |",
+    "| --- | --- | --- |",
+  ]
+  lines += [
+    f"| {k} | {result[f'pass@{k}']:.3f} | {result[f'pass@{k}_se']:.3f} |" for k in range(1, s + 1)
+  ]
+  lines += [
+    "",
+    f"Mean episode tokens {result['episode_tokens']:.0f} (policy tokens "
+    f"{result['policy_tokens']:.0f}), turns {result['turns']:.2f}; prompts too long for the "
+    f"episode budget: {result['prompt_too_long']:.1%}.",
+    "",
+  ]
+  if result["quality"] is None:
+    lines.append("Quality of passing samples: n/a (no passing sample, or no quality signals).")
+  else:
+    lines.append(
+      "Quality of passing samples: "
+      + ", ".join(f"{k} {v:.3f}" for k, v in result["quality"].items())
+      + "."
+    )
+  return "\n".join(lines) + "\n"
+
+
+def run() -> dict:
+  suites.get(_SUITE.value, "suite")
+  suites.check_split(_SPLIT.value, "split")
+  if _SAMPLES.value < 1:
+    raise ConfigError("samples", f"must be >= 1, got {_SAMPLES.value}")
+  if _TASKS.value < 0 or _BATCH.value < 1:
+    raise ConfigError("tasks" if _TASKS.value < 0 else "batch_tasks", "must be positive")
+  policy = policy_io.open_policy(_POLICY.value, chat_template_spec=_TEMPLATE.value)
+  max_episode = _MAX_EPISODE.value or policy.model_config.max_seq_len
+  cfg = rollout.RolloutConfig(
+    group_size=_SAMPLES.value,
+    max_turns=_MAX_TURNS.value,
+    max_action_tokens=_MAX_ACTION.value,
+    max_obs_tokens=_MAX_OBS.value,
+    max_episode_tokens=max_episode,
+    temperature=_TEMPERATURE.value,
+    system_prompt=_SYSTEM.value,
+  )
+  if max_episode > policy.model_config.max_seq_len:
+    raise ConfigError(
+      "max_episode_tokens",
+      f"{max_episode} exceeds the model's max_seq_len={policy.model_config.max_seq_len}",
+    )
+  section = common.suite_config(_SUITE.value)
+  ds = suites.tasks(
+    _DATA_DIR.value, section, _SUITE.value, _SPLIT.value, seed=0, shuffle=False, repeat=False
+  )
+  n = len(ds) if not _TASKS.value else min(_TASKS.value, len(ds))
+  tasks = [ds[i] for i in range(n)]
+  params = jax.device_put(policy_io.load_weights(policy))
+  from gagar_jax.models import transformer
+
+  graphdef, _ = transformer.abstract(policy.model_config)
+  print(
+    f"[eval] {policy.kind} folder {_POLICY.value} ({policy.model_config.num_params() / 1e6:.2f}M "
+    f"params) on {_SUITE.value}/{_SPLIT.value}: {n} tasks x {_SAMPLES.value} samples",
+    flush=True,
+  )
+  groups, start = [], time.time()
+  with SandboxPool(SandboxConfig(workers=_WORKERS.value)) as pool:
+    engine = rollout.RolloutEngine(cfg, policy.model_config, graphdef, policy.tok, pool)
+    key = jax.random.key(_SEED.value)
+    for b in range(0, n, _BATCH.value):
+      groups += engine.run(params, tasks[b : b + _BATCH.value], jax.random.fold_in(key, b))
+      rate = np.mean([t.passed for g in groups for t in g])
+      progress(len(groups), n, start, f"(pass@1 so far {rate:.3f})")
+  result = {
+    "policy": _POLICY.value,
+    "kind": policy.kind,
+    "suite": _SUITE.value,
+    "split": _SPLIT.value,
+    "temperature": _TEMPERATURE.value,
+    "rollout": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
+    **summarize(groups, _SAMPLES.value),
+    "seconds": time.time() - start,
+    "command": " ".join(sys.argv),
+  }
+  name = os.path.basename(os.path.normpath(_POLICY.value))
+  out = _OUT.value or os.path.join("runs", "eval", f"{name}_{_SUITE.value}_{_SPLIT.value}")
+  os.makedirs(out, exist_ok=True)
+  with open(os.path.join(out, "eval.json"), "w") as f:
+    json.dump(result, f, indent=2)
+  with open(os.path.join(out, "eval.md"), "w") as f:
+    f.write(markdown(result))
+  ks = [k for k in (1, 2, 4, 8, 16) if k <= _SAMPLES.value]
+  print(
+    "[eval] done: "
+    + ", ".join(f"pass@{k} {result[f'pass@{k}']:.3f}" for k in ks)
+    + f"; tokens {result['episode_tokens']:.0f}; outputs in {out}",
+    flush=True,
+  )
+  return result
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.WARNING)
+  run()
+
+
+if __name__ == "__main__":
+  app.run(main)
