@@ -167,6 +167,14 @@ def tasks(data_dir, suite_section, name: str, split: str, *, seed: int, shuffle=
   return get(name).tasks(data_dir, suite_section[name], split, seed, shuffle, repeat)
 
 
+def draw_suite(mixture, seed: int, position: int) -> str:
+  """The suite of data position `position` (a generator seeded by (seed, position))."""
+  if len(mixture) == 1:
+    return mixture[0][0]
+  rng = np.random.default_rng([seed, position, 7919])
+  return mixture[int(rng.choice(len(mixture), p=[w for _, w in mixture]))][0]
+
+
 class MixedTasks:
   """Tasks of a mixture by position: position p draws its suite from the weights with a
   generator seeded by (seed, p), then that suite's shuffled, repeated task p. So a batch
@@ -175,15 +183,14 @@ class MixedTasks:
   def __init__(self, data_dir, suite_section, split: str, *, seed: int):
     self.mixture = check_config(suite_section)
     self.names = [n for n, _ in self.mixture]
-    self._weights = np.array([w for _, w in self.mixture])
     self._seed = seed
     self._ds = {n: tasks(data_dir, suite_section, n, split, seed=seed) for n in self.names}
+    for name in self.names:
+      if len(tasks(data_dir, suite_section, name, split, seed=seed, repeat=False)) == 0:
+        raise ConfigError(f"suite.{name}", f"has no {split} tasks")
 
   def suite_at(self, position: int) -> str:
-    if len(self.names) == 1:
-      return self.names[0]
-    rng = np.random.default_rng([self._seed, position, 7919])
-    return self.names[int(rng.choice(len(self.names), p=self._weights))]
+    return draw_suite(self.mixture, self._seed, position)
 
   def __getitem__(self, position: int):
     return self._ds[self.suite_at(position)][position]

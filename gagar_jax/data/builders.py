@@ -218,7 +218,12 @@ class Humaneval(tfds.core.GeneratorBasedBuilder):
     del dl_manager
     from gagar_jax.envs import humaneval
 
-    return {s: self._generate_examples(s) for s in humaneval.SPLITS}
+    tasks = humaneval.load_tasks(self.builder_config.problems)
+    # A small problems file may leave a split empty: TFDS writes no empty split.
+    present = [
+      s for s in humaneval.SPLITS if any(humaneval.split_of(t.task_id) == s for t in tasks)
+    ]
+    return {s: self._generate_examples(s) for s in present}
 
   def _generate_examples(self, split):
     from gagar_jax.envs import humaneval

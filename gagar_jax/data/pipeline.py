@@ -59,8 +59,10 @@ def humaneval_tasks(
     text = example["task"]
     return humaneval.HumanEvalTask.from_json(text.decode() if isinstance(text, bytes) else text)
 
-  source = humaneval_builder(data_dir, config).as_data_source(split=split)
-  return _dataset(source, decode, seed, shuffle, repeat)
+  builder = humaneval_builder(data_dir, config)
+  if split not in builder.info.splits:  # no problem of the file falls in this split
+    return grain.MapDataset.source([])
+  return _dataset(builder.as_data_source(split=split), decode, seed, shuffle, repeat)
 
 
 def task_source(data_dir: str, suite: builders.MiniRepoConfig, split: str):
