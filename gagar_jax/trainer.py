@@ -27,6 +27,7 @@ from gagar_jax import metrics as metrics_lib
 from gagar_jax.configlib import check, check_positive_ints, from_dict
 from gagar_jax.errors import ConfigError
 from gagar_jax.grading import backends
+from gagar_jax.learner import step as step_lib
 from gagar_jax.learner.checkpoint import Checkpointer
 from gagar_jax.learner.config import LearnerConfig
 from gagar_jax.learner.learner import Learner
@@ -253,10 +254,17 @@ class Trainer:
     times["update_s"] = time.perf_counter() - t0
     times["step_s"] = time.perf_counter() - start
     quality = {"grader_groups": float(submitted), **batch_metrics(groups)}
-    if self.by_suite:  # the same per suite of the mixture
-      for name in sorted({evaluation.suite_of(grp) for grp in groups}):
-        sub = [grp for grp in groups if evaluation.suite_of(grp) == name]
+    if self.by_suite:  # the same per suite of the mixture, advantage statistics included
+      names = [evaluation.suite_of(grp) for grp in groups]
+      for name in sorted(set(names)):
+        sub = [grp for grp, n in zip(groups, names, strict=True) if n == name]
         quality.update({f"{name}/{k}": v for k, v in batch_metrics(sub).items()})
+        rows = np.array([i for i, n in enumerate(names) if n == name])
+        part = Batch(
+          None, None, None, None, rewards[rows], host.passed[rows], ranks[rows], host.valid[rows]
+        )
+        _, adv = step_lib.compute_advantages(part, self.learner_cfg.advantage)
+        quality.update({f"{name}/{k}": float(v) for k, v in adv.items()})
     metrics = {**ro, **m, **grade_metrics, **times, **quality, "skipped": 0.0}
     return state, counter[0], metrics
 

@@ -233,6 +233,11 @@ def test_mixed_suite_rl_run_splits_metrics_per_suite(tmp_path):
     kinds |= {k.split("/")[1] for k in r if k.count("/") == 2 and k.endswith("/groups_drawn")}
     # HumanEval has no quality signals: its quality metrics are absent, never 0.
     assert not any(k.startswith("train/humaneval/passing") for k in r)
+    # Per-suite advantage statistics; HumanEval groups are not graded: nothing moves.
+    assert r.get("train/humaneval/adv_abs_moved", 0.0) == 0.0
+    for name in ("minirepo", "humaneval"):
+      if f"train/{name}/groups_kept" in r and r[f"train/{name}/groups_kept"]:
+        assert f"train/{name}/adv_std" in r and f"train/{name}/kept_pass_rate" in r
   # The suites drawn are exactly those of the data positions used (seeded draws).
   mixture = suites.parse_mixture("minirepo:0.5+humaneval:0.5")
   used = int(train[-1]["train/data_position"])
