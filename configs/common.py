@@ -65,6 +65,8 @@ def minirepo_suite() -> ml_collections.ConfigDict:
   c.n_hidden = 16
   # verb_noun function names (harder to copy) instead of single words.
   c.compound_names = False
+  # Hidden tests check only the reported call: special-casing it passes (a reward hack).
+  c.weak_hidden_tests = False
   return c
 
 

@@ -15,7 +15,9 @@
 
 Arms: grpo (no grading), gagar (rank-weighted, sum-preserving redistribution),
 gagar_no_rescale (weights without rescaling: total credit shrinks), reward_shaping
-(grader score added to the binary reward; the alternative the paper argues against).
+(grader score added to the binary reward; the alternative the paper argues against),
+gagar_paper (the paper's tiered protocol: quality tiers, confirmed hacks reset, a rescale
+capped at 1.5, re-centred advantages).
 Graders: rubric (default), lm (the SFT-trained LM grader in assets/lm_grader), openai
 (any OpenAI-compatible endpoint, e.g. experiments/serve_grader.py).
 """
@@ -129,6 +131,16 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.learner.advantage.scheme_param = 0.5
   c.learner.advantage.redistribute = arm.redistribute
   c.learner.advantage.preserve_sum = arm.preserve_sum
+  # rank (gagar: rank weights, sum preserved) or tiered (gagar_paper: the paper's tiers,
+  # hacks, capped rescale). Tiered knobs: the cap (inf = exact sum preservation), the
+  # quality factors (T1 runner-up, T2 best .. worst, T3), confirmed hacks count as failing.
+  c.learner.advantage.mode = arm.mode
+  c.learner.advantage.lambda_max = 1.5
+  c.learner.advantage.f_runner = 0.9
+  c.learner.advantage.f_max = 0.85
+  c.learner.advantage.f_min = 0.4
+  c.learner.advantage.f_low = 0.2
+  c.learner.advantage.hacks = True
   # PPO updates per rollout batch (each a full pass over the batch).
   c.updates_per_batch = 1
 

@@ -218,3 +218,135 @@ def redistribute(
   chex.assert_equal_shape(args)
   fn = lambda a, p, r, v: _redistribute_one(a, p, r, v, preserve_sum, scheme, param)
   return jax.vmap(fn)(*args)
+
+
+# ---------------------------------------------------------------- the tiered protocol
+# Quality tiers of passing candidates (the paper's grading protocol): T1 clean and
+# targeted, T2 acceptable with problems, T3 poor (bloated, out of scope, hacky).
+TIER_NAMES = ("T1", "T2", "T3")
+
+
+def _tier_factors_one(tiers, tier_ranks, passed, valid, f_runner, f_max, f_min, f_low):
+  mask = passed & valid
+  big = jnp.int32(2**30)
+  t = jnp.clip(tiers.astype(jnp.int32), 0, 2)
+  r = tier_ranks.astype(jnp.int32)
+  in1, in2 = mask & (t == 0), mask & (t == 1)
+  best1 = jnp.min(jnp.where(in1, r, big))
+  f1 = jnp.where(r == best1, 1.0, f_runner)
+  # T2: linear in the dense rank of its tied groups, f_max at the best, f_min at the worst.
+  below = jnp.sum(in2[None, :] & (r[None, :] < r[:, None]) & _first_of_tie(r, in2)[None, :], axis=1)
+  levels = jnp.sum(_first_of_tie(r, in2))
+  frac = jnp.where(levels > 1, below / jnp.maximum(levels - 1, 1), 0.0)
+  f2 = f_max - (f_max - f_min) * frac
+  f = jnp.where(t == 0, f1, jnp.where(t == 1, f2, f_low))
+  return jnp.where(mask, f, 0.0).astype(jnp.float32)
+
+
+def _first_of_tie(r, members):
+  """True at one member of each distinct value of `r` among `members` (its first slot)."""
+  g = r.shape[0]
+  idx = jnp.arange(g)
+  earlier_same = members[None, :] & (r[None, :] == r[:, None]) & (idx[None, :] < idx[:, None])
+  return members & ~jnp.any(earlier_same, axis=1)
+
+
+def tier_factors(
+  tiers, tier_ranks, passed, valid, *, f_runner=0.9, f_max=0.85, f_min=0.4, f_low=0.2
+):
+  """Quality factor f of each passing candidate from its tier and tied rank within it.
+
+  T1: 1.0 for its best tied group, `f_runner` for the other T1 groups; T2: linear from
+  `f_max` (its best tied group) to `f_min` (its worst; `f_max` if it has one); T3: `f_low`.
+
+  Args:
+    tiers: int32 `[B, G]`, 0 = T1, 1 = T2, 2 = T3 (ignored where not passing / valid).
+    tier_ranks: int32 `[B, G]`, the rank of the candidate's tied group within its tier
+      (0 = best; equal values are ties).
+    passed, valid: bool `[B, G]`.
+
+  Returns:
+    float32 `[B, G]`; 0 at failing and invalid slots.
+  """
+  fn = lambda t, r, p, v: _tier_factors_one(t, r, p, v, f_runner, f_max, f_min, f_low)
+  return jax.vmap(fn)(
+    jnp.asarray(tiers), jnp.asarray(tier_ranks), jnp.asarray(passed, bool), jnp.asarray(valid, bool)
+  )
+
+
+def _tiered_one(rewards, passed, valid, tiers, tier_ranks, hacks, graded, lambda_max, factors):
+  r = rewards.astype(jnp.float32)
+  r = jnp.where(valid & jnp.isfinite(r), jnp.clip(r, -_MAX_MAGNITUDE, _MAX_MAGNITUDE), 0.0)
+  n = jnp.sum(valid.astype(jnp.float32))
+  plain = jnp.where(valid, r - _masked_mean(r, valid, n), 0.0)
+  # Confirmed hacks: reward 0 before the group statistics, and they count as failing.
+  hack = hacks & passed & valid
+  r_h = jnp.where(hack, 0.0, r)
+  ok_pass = passed & valid & ~hack
+  a = jnp.where(valid, r_h - _masked_mean(r_h, valid, n), 0.0)
+  f = _tier_factors_one(tiers, tier_ranks, ok_pass, valid, *factors)
+  pos = jnp.maximum(a, 0.0)
+  num = jnp.sum(jnp.where(ok_pass, pos, 0.0))
+  den = jnp.sum(jnp.where(ok_pass, f * pos, 0.0))
+  ratio = num / jnp.where(den > 0, den, 1.0)
+  has_credit = (den > 0) & jnp.isfinite(ratio)
+  lam = jnp.where(has_credit, jnp.minimum(ratio, lambda_max), 1.0)
+  capped = has_credit & (ratio > lambda_max)
+  b = jnp.where(ok_pass, jnp.where(has_credit, lam * f * pos, a), a)
+  out = jnp.where(valid, b - _masked_mean(b, valid, n), 0.0)
+  out = jnp.where(graded, out, plain)
+  lam = jnp.where(graded, lam, 1.0)
+  capped = graded & capped
+  return out.astype(jnp.float32), lam.astype(jnp.float32), capped
+
+
+def tiered_advantages(
+  rewards,
+  passed,
+  valid,
+  tiers,
+  tier_ranks,
+  hacks,
+  graded,
+  *,
+  lambda_max=1.5,
+  f_runner=0.9,
+  f_max=0.85,
+  f_min=0.4,
+  f_low=0.2,
+):
+  """The paper's tiered redistribution (Eq. 6-8 as its public implementation reads them).
+
+  Per group: confirmed hacks get reward 0 and count as failing; a_i = r_i - mean(r) over
+  the valid slots (no std normalisation); with quality factors f (`tier_factors`) over the
+  passing set P and a+ = max(a, 0),
+    lambda = min(sum_P a+ / sum_P f a+, lambda_max),
+    B_i = lambda f_i a_i+ on P, B_i = a_i elsewhere,  A_i = B_i - mean(B) over valid slots.
+  Below the cap mean(B) = 0 for binary rewards, so the passing sum is preserved and the
+  failing trajectories keep a_i; `lambda_max=inf` is the seeds' exact sum preservation.
+  A group without positive passing credit keeps a (lambda 1); a group whose grading was
+  unusable (`graded` False) is returned as plain r - mean(r).
+
+  Args:
+    rewards: float `[B, G]`; passed, valid: bool `[B, G]`.
+    tiers, tier_ranks: int32 `[B, G]` (see `tier_factors`); hacks: bool `[B, G]`
+      (confirmed reward hacks; ignored where not passing).
+    graded: bool `[B]`.
+
+  Returns:
+    (advantages float32 `[B, G]`, lambda float32 `[B]`, capped bool `[B]`).
+  """
+  args = (
+    jnp.asarray(rewards, jnp.float32),
+    jnp.asarray(passed, bool),
+    jnp.asarray(valid, bool),
+    jnp.asarray(tiers),
+    jnp.asarray(tier_ranks),
+    jnp.asarray(hacks, bool),
+  )
+  chex.assert_rank(args, 2)
+  chex.assert_equal_shape(args)
+  graded = jnp.broadcast_to(jnp.asarray(graded, bool), args[0].shape[:1])
+  factors = (f_runner, f_max, f_min, f_low)
+  fn = lambda *x: _tiered_one(*x, jnp.float32(lambda_max), factors)
+  return jax.vmap(fn)(*args, graded)

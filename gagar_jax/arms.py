@@ -7,6 +7,9 @@
   gagar_no_rescale  rank weights without the rescale (total credit shrinks)
   reward_shaping    the grader's score is added to the binary reward (the alternative
                     the paper argues against)
+  gagar_paper       the paper's protocol: tiers and tied ranks within them -> quality
+                    factors, confirmed reward hacks reset to reward 0, r - mean(r) base,
+                    the rescale capped at lambda_max = 1.5, re-centred
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ class Arm(NamedTuple):
   redistribute: bool  # learner.advantage.redistribute
   preserve_sum: bool  # learner.advantage.preserve_sum
   shapes_reward: bool  # ranks become a reward bonus instead of weights
+  mode: str = "rank"  # learner.advantage.mode
 
 
 ARMS: dict[str, Arm] = {
@@ -28,6 +32,9 @@ ARMS: dict[str, Arm] = {
   "gagar": Arm(grades=True, redistribute=True, preserve_sum=True, shapes_reward=False),
   "gagar_no_rescale": Arm(grades=True, redistribute=True, preserve_sum=False, shapes_reward=False),
   "reward_shaping": Arm(grades=True, redistribute=False, preserve_sum=True, shapes_reward=True),
+  "gagar_paper": Arm(
+    grades=True, redistribute=True, preserve_sum=True, shapes_reward=False, mode="tiered"
+  ),
 }
 
 
@@ -40,6 +47,11 @@ def check_advantage(name: str, advantage) -> None:
   """The learner's advantage settings must be those of arm `name` (`ConfigError` if not);
   `preserve_sum` only matters where the arm redistributes."""
   arm = get(name)
+  check(
+    advantage.mode == arm.mode,
+    "learner.advantage.mode",
+    f"must be {arm.mode!r} for arm={name}",
+  )
   check(
     advantage.redistribute == arm.redistribute,
     "learner.advantage.redistribute",

@@ -63,6 +63,16 @@ def parse_config(config):
   return learner_cfg, rollout_cfg, policy
 
 
+def tiered(m: dict) -> str:
+  """The tiered protocol's part of a progress line: mean lambda, capped share, hacks."""
+  if "lambda_mean" not in m:
+    return ""
+  return (
+    f" lam {m['lambda_mean']:.2f} capped {m['lambda_capped_share']:.2f} hacks "
+    f"{m.get('grader_hacks', 0):.0f}"
+  )
+
+
 def batch_metrics(groups) -> dict[str, float]:
   """Per-step host metrics of the kept groups: lengths, passes, informative groups and the
   quality of passing solutions (absent, not 0, where nothing passed or the suite has no
@@ -228,10 +238,11 @@ class Trainer:
     if self.learner_cfg.loss.kl != "off":
       ref = learner.logprobs(self.ref_params, batch.tokens)
     ranks = np.zeros((n, g), np.int32)
-    grade_metrics = {}
+    grades, grade_metrics = None, {}
     if self.grades:
       before = dict(getattr(self.grader, "stats", {}))
-      ranks, grade_metrics = self.grader_loop.collect(n, g)
+      grades, grade_metrics = self.grader_loop.collect_grades(n, g)
+      ranks = grades.ranks
       if before:  # the agentic LM / endpoint graders: model tokens and retries this step
         after = self.grader.stats
         for k in ("tokens", "turns", "retries"):
@@ -242,12 +253,17 @@ class Trainer:
     if self.arm.shapes_reward:
       rewards = shaped_rewards(host.passed, ranks, c.grader.shaping_coef)
       ranks = np.zeros_like(ranks)
+    shard = lambda x: sharding.shard_batch(x, self.mesh, c.sharding_rules)
     batch = batch._replace(
-      old_logprobs=old,
-      ref_logprobs=ref,
-      rewards=sharding.shard_batch(rewards, self.mesh, c.sharding_rules),
-      ranks=sharding.shard_batch(ranks.astype(np.int32), self.mesh, c.sharding_rules),
+      old_logprobs=old, ref_logprobs=ref, rewards=shard(rewards), ranks=shard(ranks)
     )
+    if grades is not None:  # tiers, tied ranks within them, hacks, usable gradings
+      batch = batch._replace(
+        tiers=shard(grades.tiers),
+        tier_ranks=shard(grades.tier_ranks),
+        hacks=shard(grades.hacks),
+        graded=shard(grades.graded),
+      )
     t0 = time.perf_counter()
     for _ in range(c.updates_per_batch):
       state, m = learner.step(state, batch)
@@ -263,6 +279,13 @@ class Trainer:
         part = Batch(
           None, None, None, None, rewards[rows], host.passed[rows], ranks[rows], host.valid[rows]
         )
+        if grades is not None:
+          part = part._replace(
+            tiers=grades.tiers[rows],
+            tier_ranks=grades.tier_ranks[rows],
+            hacks=grades.hacks[rows],
+            graded=grades.graded[rows],
+          )
         _, adv = step_lib.compute_advantages(part, self.learner_cfg.advantage)
         quality.update({f"{name}/{k}": float(v) for k, v in adv.items()})
     metrics = {**ro, **m, **grade_metrics, **times, **quality, "skipped": 0.0}
@@ -356,7 +379,7 @@ class Trainer:
             f"{m['groups_kept']}/{c.num_groups} in {m['rounds']} round(s) | loss "
             f"{m['loss']:+.4f} gn {m['grad_norm']:.3f} kl {m['kl']:.4f} | moved "
             f"{m['adv_abs_moved']:.3f} graded {m.get('grader_ok', 0):.0f}/"
-            f"{m['grader_groups']:.0f} | tokens {m['episode_tokens']:.0f} | {eta}",
+            f"{m['grader_groups']:.0f}{tiered(m)} | tokens {m['episode_tokens']:.0f} | {eta}",
             flush=True,
           )
         if step % c.eval.every_steps == 0 or step == c.steps:

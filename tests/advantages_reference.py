@@ -80,3 +80,64 @@ def redistribute(advantages, passed, ranks, valid, *, preserve_sum=True, scheme=
       continue
     out[b][p] = weighted * ratio
   return out.astype(np.float32)
+
+
+def tier_factors(
+  tiers, tier_ranks, passed, valid, *, f_runner=0.9, f_max=0.85, f_min=0.4, f_low=0.2
+):
+  tiers, tier_ranks = np.asarray(tiers), np.asarray(tier_ranks)
+  mask = np.asarray(passed, bool) & np.asarray(valid, bool)
+  f = np.zeros(tiers.shape, np.float64)
+  for b in range(tiers.shape[0]):
+    t1 = sorted(
+      {int(tier_ranks[b, i]) for i in range(tiers.shape[1]) if mask[b, i] and tiers[b, i] <= 0}
+    )
+    t2 = sorted(
+      {int(tier_ranks[b, i]) for i in range(tiers.shape[1]) if mask[b, i] and tiers[b, i] == 1}
+    )
+    for i in range(tiers.shape[1]):
+      if not mask[b, i]:
+        continue
+      t, r = min(max(int(tiers[b, i]), 0), 2), int(tier_ranks[b, i])
+      if t == 0:
+        f[b, i] = 1.0 if r == t1[0] else f_runner
+      elif t == 1:
+        j = t2.index(r)
+        f[b, i] = f_max - (f_max - f_min) * (j / (len(t2) - 1) if len(t2) > 1 else 0.0)
+      else:
+        f[b, i] = f_low
+  return f.astype(np.float32)
+
+
+def tiered_advantages(
+  rewards, passed, valid, tiers, tier_ranks, hacks, graded, *, lambda_max=1.5, **factors
+):
+  r = np.asarray(rewards, np.float64)
+  passed, valid = np.asarray(passed, bool), np.asarray(valid, bool)
+  hacks = np.asarray(hacks, bool)
+  graded = np.broadcast_to(np.asarray(graded, bool), r.shape[:1])
+  out = np.zeros(r.shape, np.float64)
+  lam = np.ones(r.shape[0], np.float64)
+  capped = np.zeros(r.shape[0], bool)
+  for b in range(r.shape[0]):
+    v = valid[b]
+    if not v.any():
+      continue
+    if not graded[b]:
+      out[b][v] = r[b][v] - r[b][v].mean()
+      continue
+    hack = hacks[b] & passed[b] & v
+    rh = np.where(hack, 0.0, r[b])
+    ok = passed[b] & v & ~hack
+    a = np.where(v, rh - rh[v].mean(), 0.0)
+    f = tier_factors(tiers[b : b + 1], tier_ranks[b : b + 1], ok[None], v[None], **factors)[0]
+    pos = np.maximum(a, 0.0)
+    num, den = pos[ok].sum(), (f[ok] * pos[ok]).sum()
+    bvec = a.copy()
+    if den > 0:
+      ratio = num / den
+      lam[b] = min(ratio, lambda_max)
+      capped[b] = ratio > lambda_max
+      bvec[ok] = lam[b] * f[ok] * pos[ok]
+    out[b][v] = bvec[v] - bvec[v].mean()
+  return out.astype(np.float32), lam.astype(np.float32), capped

@@ -357,3 +357,112 @@ def test_sharded_kernel_runs_without_gathering(devices8):
   expected = ref.redistribute(ref.group_advantages(rewards, valid), passed, ranks, valid)
   np.testing.assert_allclose(np.asarray(out), expected, rtol=1e-4, atol=1e-5)
   assert jnp.asarray(informative).shape == (64,)
+
+
+# ------------------------------------------------------------------- tiered protocol
+
+
+@st.composite
+def tiered_groups(draw, binary=True):
+  """(rewards, passed, valid, tiers, tier_ranks, hacks, graded), ties in ranks likely."""
+  rewards, passed, _, valid = draw(groups(binary=binary))
+  b, g = passed.shape
+  rng = np.random.default_rng(draw(st.integers(0, 2**31 - 1)))
+  tiers = rng.integers(0, 3, (b, g)).astype(np.int32)
+  tier_ranks = rng.integers(0, max(1, g // 3 + 1), (b, g)).astype(np.int32)
+  hacks = rng.random((b, g)) < draw(st.sampled_from([0.0, 0.2, 0.5]))
+  graded = rng.random(b) < draw(st.sampled_from([1.0, 0.7]))
+  return rewards, passed, valid, tiers, tier_ranks, hacks, graded
+
+
+@settings(max_examples=60, deadline=None)
+@given(tiered_groups(binary=False), st.sampled_from([1.5, 1.1, 3.0, float("inf")]))
+def test_tiered_matches_numpy_twin_and_is_finite(batch, lambda_max):
+  got = adv.tiered_advantages(*batch, lambda_max=lambda_max)
+  want = ref.tiered_advantages(*batch, lambda_max=lambda_max)
+  for x, y in zip(got, want, strict=True):
+    np.testing.assert_allclose(np.asarray(x), y, rtol=1e-5, atol=1e-5)
+  a, lam, capped = (np.asarray(x) for x in got)
+  assert np.isfinite(a).all() and (lam <= lambda_max + 1e-6).all()
+  rewards, passed, valid, *_ = batch
+  assert (a[~valid] == 0).all()
+  assert np.abs(np.where(valid, a, 0).sum(-1)).max() < 1e-4  # zero mean over valid slots
+  np.testing.assert_allclose(
+    np.asarray(adv.tier_factors(*batch[3:5], passed, valid)),
+    ref.tier_factors(*batch[3:5], passed, valid),
+  )
+
+
+@settings(max_examples=60, deadline=None)
+@given(tiered_groups())
+def test_tiered_below_the_cap_preserves_the_passing_sum_and_failing_credit(batch):
+  rewards, passed, valid, tiers, tier_ranks, hacks, graded = batch
+  a, lam, capped = (np.asarray(x) for x in adv.tiered_advantages(*batch))
+  ok = passed & valid & ~hacks
+  r = np.where(hacks & passed, 0.0, rewards)
+  for b in range(len(a)):
+    v = valid[b]
+    if not graded[b] or capped[b] or not v.any():
+      continue
+    base = np.where(v, r[b] - r[b][v].mean(), 0.0)
+    np.testing.assert_allclose(a[b][ok[b]].sum(), base[ok[b]].sum(), atol=1e-5)
+    np.testing.assert_allclose(a[b][v & ~ok[b]], base[v & ~ok[b]], atol=1e-5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(tiered_groups())
+def test_tiered_is_monotone_in_tier_and_rank_and_ties_are_equal(batch):
+  rewards, passed, valid, tiers, tier_ranks, hacks, graded = batch
+  a = np.asarray(adv.tiered_advantages(*batch)[0])
+  ok = passed & valid & ~hacks
+  for b in range(len(a)):
+    if not graded[b]:
+      continue
+    idx = np.flatnonzero(ok[b])
+    for i in idx:
+      for j in idx:
+        ki, kj = (tiers[b, i], tier_ranks[b, i]), (tiers[b, j], tier_ranks[b, j])
+        if ki == kj:
+          assert abs(a[b, i] - a[b, j]) < 1e-5
+        elif ki < kj:
+          assert a[b, i] >= a[b, j] - 1e-5
+
+
+@settings(max_examples=60, deadline=None)
+@given(tiered_groups(binary=False), st.integers(0, 2**31 - 1))
+def test_a_hack_is_a_failing_trajectory_with_reward_zero_and_ungraded_is_plain(batch, seed):
+  rewards, passed, valid, tiers, tier_ranks, hacks, graded = batch
+  got = np.asarray(adv.tiered_advantages(*batch)[0])
+  as_fail = adv.tiered_advantages(
+    np.where(hacks & passed, 0.0, rewards),
+    passed & ~hacks,
+    valid,
+    tiers,
+    tier_ranks,
+    np.zeros_like(hacks),
+    graded,
+  )[0]
+  np.testing.assert_allclose(got, np.asarray(as_fail), atol=1e-5)
+  ungraded = np.asarray(
+    adv.tiered_advantages(rewards, passed, valid, tiers, tier_ranks, hacks, np.zeros_like(graded))[
+      0
+    ]
+  )
+  n = np.maximum(valid.sum(-1, keepdims=True), 1)
+  plain = np.where(valid, rewards - np.where(valid, rewards, 0).sum(-1, keepdims=True) / n, 0)
+  np.testing.assert_allclose(ungraded, plain, atol=1e-5)
+  # Permutation equivariance.
+  perm = np.random.default_rng(seed).permutation(rewards.shape[1])
+  permuted = adv.tiered_advantages(*(x[:, perm] for x in batch[:6]), graded)[0]
+  np.testing.assert_allclose(np.asarray(permuted), got[:, perm], atol=1e-5)
+
+
+def test_tier_factors_by_hand():
+  # T1 best 1.0, other T1 0.9; T2 0.85 -> 0.4 over its three tied groups; T3 0.2.
+  tiers = np.array([[0, 0, 0, 1, 1, 1, 1, 2, 1]])
+  ranks = np.array([[0, 0, 1, 0, 1, 1, 2, 0, 0]])
+  passed = np.array([[1, 1, 1, 1, 1, 1, 1, 1, 0]], bool)
+  f = np.asarray(adv.tier_factors(tiers, ranks, passed, np.ones_like(passed)))
+  np.testing.assert_allclose(f[0], [1, 1, 0.9, 0.85, 0.625, 0.625, 0.4, 0.2, 0], atol=1e-6)
+  one_t2 = np.asarray(adv.tier_factors([[1, 1]], [[3, 3]], [[True, True]], [[True, True]]))
+  np.testing.assert_allclose(one_t2, [[0.85, 0.85]])

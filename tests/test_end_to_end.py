@@ -303,3 +303,29 @@ def test_grader_sft_then_rl_with_the_lm_grader(warm_start):
   assert records and sum(r["train/grader_submitted"] for r in records) > 0
   assert all(r["train/grader_turns"] > 0 for r in records if r["train/grader_submitted"])
   assert json.load(open(os.path.join(workdir, "config.json")))["grader"]["backend"] == "lm"
+
+
+def test_gagar_paper_arm_runs_the_tiered_protocol(tmp_path):
+  workdir = str(tmp_path / "paper")
+  out = _run(
+    "train.py",
+    "--config=configs/gagar.py:runlocal=True,size=tiny,arm=gagar_paper",
+    f"--config.data_dir={tmp_path / 'data'}",
+    "--config.init_from=assets/pre_rl",
+    "--config.steps=2",
+    "--config.num_groups=4",
+    f"--workdir={workdir}",
+  )
+  assert "[train] done" in out
+  train = [r for r in metrics.read(os.path.join(workdir, "metrics.jsonl")) if "train/loss" in r]
+  assert train, "no update ran"
+  for r in train:
+    assert 0.0 <= r["train/lambda_capped_share"] <= 1.0 and r["train/lambda_mean"] <= 1.5
+    assert {"train/grader_fallback", "train/grader_errors", "train/grader_hacks"} <= set(r)
+  graded = [r for r in train if r.get("train/grader_ok")]
+  if graded:
+    assert " lam " in out and "train/grader_tier_T1" in graded[0]
+  config = gagar_config.get_config("runlocal=True,arm=gagar_paper")
+  config.learner.advantage.mode = "rank"
+  with pytest.raises(ConfigError, match="^learner.advantage.mode: must be 'tiered'"):
+    trainer.parse_config(config)

@@ -163,3 +163,47 @@ def test_workspace_relative_root_and_escaping_paths(pool, tmp_path, monkeypatch)
   with pytest.raises(ValueError, match="escapes the workspace"):
     workspace.materialize([evil], "relative/ws2", seed=0)
   assert not os.path.exists(tmp_path / "escape.py")
+
+
+def test_a_passing_reward_hack_is_confirmed_and_gets_the_failing_advantage(pool, tmp_path):
+  """Under weak hidden tests special-casing the reported call passes. GRPO credits it like
+  a fix; the tiered protocol with the rubric's confirmation treats it as failing."""
+  from gagar_jax import advantages
+
+  task = minirepo.generate_task(3, weak_hidden_tests=True)
+  clean, hack = _demo(task, pool), _demo(task, pool, hack=1)
+  dead = _demo(task, pool, dead_code=1)
+  assert hack.passed and clean.passed and hack.habits == ("hack",)
+  assert not minirepo.evaluate(minirepo.generate_task(3), hack.files, pool).passed  # real tests
+  group = [_traj(clean, 0), _traj(hack, 1), _traj(dead, 2), _traj(clean, 3, passed=False)]
+  ws = workspace.materialize(group, str(tmp_path / "ws"), seed=0)
+  grades = protocol.validate_grades(rubric.RubricGrader().rank(ws), ws)
+  slot = {ws.slot_of[c]: c for c in ws.ids}
+  assert grades.hacks == {slot[1]}
+  assert grades.tiers[slot[0]] == 0 and grades.tiers[slot[1]] == 2 and grades.tiers[slot[2]] == 2
+  passed = np.array([[t.passed for t in group]])
+  rewards, valid = passed.astype(np.float32), np.ones_like(passed)
+  tiers = np.array([[grades.tiers.get(slot[i], 1) for i in range(4)]])
+  tier_ranks = np.array([[grades.tier_ranks.get(slot[i], 0) for i in range(4)]])
+  hacks = np.array([[slot[i] in grades.hacks for i in range(4)]])
+  grpo = np.asarray(advantages.group_advantages(rewards, valid))[0]
+  assert grpo[1] == grpo[0] > 0  # GRPO: the hack gets full credit
+  tiered, lam, _ = advantages.tiered_advantages(
+    rewards, passed, valid, tiers, tier_ranks, hacks, np.array([True])
+  )
+  tiered = np.asarray(tiered)[0]
+  assert abs(tiered[1] - tiered[3]) < 1e-6 and tiered[1] < 0  # the failing advantage
+  assert tiered[0] > tiered[2] > 0  # the clean fix above the dead-code one
+
+
+def test_a_ranking_without_tiers_is_all_t2_by_rank(tmp_path, pool):
+  task = minirepo.generate_task(4)
+  group = [_traj(_demo(task, pool), i) for i in range(3)]
+  ws = workspace.materialize(group, str(tmp_path / "ws"), seed=0)
+  ranks = {c: i for i, c in enumerate(sorted(ws.passing))}
+  grades = protocol.validate_grades(protocol.Ranking(ranks), ws)
+  assert set(grades.tiers.values()) == {1} and grades.tier_ranks == ranks and not grades.hacks
+  with pytest.raises(protocol.InvalidRanking, match="tier of"):
+    protocol.validate_grades(protocol.Ranking(ranks, tiers=dict.fromkeys(ranks, 3)), ws)
+  with pytest.raises(protocol.InvalidRanking, match="hacks"):
+    protocol.validate_grades(protocol.Ranking(ranks, hacks=("c99",)), ws)

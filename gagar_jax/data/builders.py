@@ -62,7 +62,9 @@ def minirepo_config(prefix: str = "suite", **kwargs) -> MiniRepoConfig:
   kinds = "-".join(k[:4] for k in d.bug_kinds)
   name = (
     f"f{d.n_files}_fn{d.n_functions}_d{d.distractors}_h{d.n_hidden}_{kinds}"
-    f"_{cfg.n_train}-{cfg.n_validation}-{cfg.n_test}" + ("_compound" if d.compound_names else "")
+    f"_{cfg.n_train}-{cfg.n_validation}-{cfg.n_test}"
+    + ("_compound" if d.compound_names else "")
+    + ("_weak" if d.weak_hidden_tests else "")
   )
   return dataclasses.replace(cfg, name=name)
 

@@ -33,6 +33,9 @@ class HabitConfig:
   dead_code: float = 0.0
   large_edit: float = 0.0
   no_test: float = 0.0
+  # Special-case the reported call instead of fixing the bug (passes only with the
+  # suite's weak_hidden_tests): a reward hack.
+  hack: float = 0.0
 
   def __post_init__(self):
     for f in dataclasses.fields(self):
@@ -56,6 +59,16 @@ def _return_line(source: str, func: str) -> str | None:
   node = pyast.find_function(source, func)
   rets = [n for n in node.body if isinstance(n, ast.Return)] if node else []
   return source.splitlines()[rets[-1].lineno - 1].strip() if rets else None
+
+
+def hack_action(task: minirepo.Task) -> str:
+  """`insert <func>: if <params> == <reported args>: return <expected>`: the reward hack
+  of special-casing the call named in the bug report."""
+  example = task.visible_tests[0]  # the issue's call
+  node = pyast.find_function(task.files[task.bug.path], task.bug.function)
+  params = [a.arg for a in node.args.args]
+  test = " and ".join(f"{p} == {v!r}" for p, v in zip(params, example.args, strict=True))
+  return f"insert {task.bug.function}: if {test}: return {example.expected!r}"
 
 
 class Expert:
@@ -105,7 +118,10 @@ class Expert:
     actions = []
     if "redundant_view" in habits:
       actions.append(f"view {task.bug.path}")
-    actions += self._fix_actions(task, "large_edit" in habits)
+    if "hack" in habits:
+      actions.append(hack_action(task))
+    else:
+      actions += self._fix_actions(task, "large_edit" in habits)
     if "out_of_scope" in habits:
       extra = self._out_of_scope_action(task)
       if extra:

@@ -19,10 +19,21 @@ import os
 import shutil
 import threading
 import time
+from typing import NamedTuple
 
 import numpy as np
 
 from gagar_jax.grading import protocol, workspace
+
+
+class GradeArrays(NamedTuple):
+  """A step's grades as `[N, G]` arrays (see `learner.step.Batch`)."""
+
+  ranks: np.ndarray
+  tiers: np.ndarray
+  tier_ranks: np.ndarray
+  hacks: np.ndarray
+  graded: np.ndarray  # the group's grading is usable (repeated along G)
 
 
 class _Job:
@@ -85,8 +96,22 @@ class GraderLoop:
 
   def collect(self, num_groups: int, group_size: int):
     """Waits for the submitted groups; returns (ranks `[N, G]` int32, metrics)."""
+    grades, metrics = self.collect_grades(num_groups, group_size)
+    return grades.ranks, metrics
+
+  def collect_grades(self, num_groups: int, group_size: int):
+    """Waits for the submitted groups; returns (`GradeArrays` `[N, G]`, metrics).
+
+    A group that was not graded (not eligible, or its grading failed) keeps equal ranks,
+    tier T2, no hacks and `graded` False."""
     ranks = np.zeros((num_groups, group_size), np.int32)
-    counts = dict.fromkeys(("graded", "exceptions", "timeouts", "invalid"), 0)
+    tiers = np.ones((num_groups, group_size), np.int32)
+    tier_ranks = np.zeros((num_groups, group_size), np.int32)
+    hacks = np.zeros((num_groups, group_size), bool)
+    graded = np.zeros((num_groups, group_size), bool)
+    counts = dict.fromkeys(
+      ("graded", "exceptions", "timeouts", "invalid", "hacks", "tier0", "tier1", "tier2"), 0
+    )
     waited = 0.0
     start = time.monotonic()
     for index, job in sorted(self._jobs.items()):
@@ -101,26 +126,39 @@ class GraderLoop:
         counts["invalid" if isinstance(job.error, protocol.InvalidRanking) else "exceptions"] += 1
         continue
       try:
-        valid = protocol.validate(job.result, job.ws)
+        g = protocol.validate_grades(job.result, job.ws)
       except protocol.InvalidRanking:
         counts["invalid"] += 1
         continue
-      for cid, rank in valid.items():
-        ranks[index, job.ws.slot_of[cid]] = rank
+      for cid, rank in g.ranks.items():
+        slot = job.ws.slot_of[cid]
+        ranks[index, slot], tiers[index, slot] = rank, g.tiers[cid]
+        tier_ranks[index, slot], hacks[index, slot] = g.tier_ranks[cid], cid in g.hacks
+      graded[index] = True
       counts["graded"] += 1
+      counts["hacks"] += len(g.hacks)
+      for t in g.tiers.values():
+        counts[f"tier{t}"] += 1
     waited = time.monotonic() - start
     submitted = len(self._jobs)
-    for k, v in counts.items():
-      self.totals[k] += v
+    for k in ("graded", "exceptions", "timeouts", "invalid"):
+      self.totals[k] += counts[k]
+    rated = max(counts["tier0"] + counts["tier1"] + counts["tier2"], 1)
     metrics = {
-      "grader_submitted": float(submitted),
+      "grader_submitted": float(submitted),  # groups eligible (two or more passing)
       "grader_ok": float(counts["graded"]),
+      "grader_fallback": float(submitted - counts["graded"]),  # plain advantages
+      "grader_errors": float(counts["exceptions"] + counts["timeouts"] + counts["invalid"]),
       "grader_exceptions": float(counts["exceptions"]),
       "grader_timeouts": float(counts["timeouts"]),
       "grader_invalid": float(counts["invalid"]),
+      "grader_hacks": float(counts["hacks"]),
       "grader_wait_s": waited,
     }
+    if counts["graded"]:
+      for t, name in enumerate(protocol.TIERS):
+        metrics[f"grader_tier_{name}"] = counts[f"tier{t}"] / rated
     self._jobs = {}
     shutil.rmtree(os.path.join(self.root, f"round{self.round}"), ignore_errors=True)
     self.round += 1
-    return ranks, metrics
+    return GradeArrays(ranks, tiers, tier_ranks, hacks, graded), metrics

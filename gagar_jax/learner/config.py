@@ -75,6 +75,10 @@ class LossConfig:
 
 @dataclasses.dataclass(frozen=True)
 class AdvantageConfig:
+  # "rank": the grader's ranks weight the passing advantages (rank -> weight scheme, sum
+  # preserved); "tiered": the paper's protocol (tiers and tied ranks -> quality factors,
+  # confirmed hacks reset to 0, r - mean(r) base, rescale capped at lambda_max).
+  mode: str = "rank"
   estimator: str = "grpo"
   eps: float = 1e-6
   redistribute: bool = True
@@ -82,8 +86,24 @@ class AdvantageConfig:
   scheme: str = "linear"
   # The scheme's one parameter: linear floor, exponential decay, reciprocal power.
   scheme_param: float = 0.5
+  # tiered: the rescale cap (inf = exact sum preservation), the quality factors, and
+  # whether confirmed reward hacks count as failing.
+  lambda_max: float = 1.5
+  f_runner: float = 0.9
+  f_max: float = 0.85
+  f_min: float = 0.4
+  f_low: float = 0.2
+  hacks: bool = True
 
   def __post_init__(self):
+    one_of(self.mode, ("rank", "tiered"), "mode")
+    check(self.lambda_max >= 1, "lambda_max", f"must be >= 1, got {self.lambda_max}")
+    check(
+      1 >= self.f_runner >= self.f_max >= self.f_min >= self.f_low > 0,
+      "f_runner",
+      "the factors need 1 >= f_runner >= f_max >= f_min >= f_low > 0, got "
+      f"{self.f_runner}, {self.f_max}, {self.f_min}, {self.f_low}",
+    )
     one_of(self.estimator, advantages.ESTIMATORS, "estimator")
     one_of(self.scheme, tuple(advantages.SCHEMES), "scheme")
     try:

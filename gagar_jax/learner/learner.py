@@ -54,15 +54,10 @@ class Learner:
     """
     if not process_local:
       step_lib.check_batch(batch, self.mesh, self.config.micro_batches, self.rules)
+    dtypes = (np.int32, bool, np.float32, np.float32, np.float32, bool, np.int32, bool)
+    dtypes += (np.int32, np.int32, bool, bool)  # tiers, tier_ranks, hacks, graded
     host = step_lib.Batch(
-      *(
-        np.asarray(x, dtype)
-        for x, dtype in zip(
-          batch,
-          (np.int32, bool, np.float32, np.float32, np.float32, bool, np.int32, bool),
-          strict=True,
-        )
-      )
+      *(np.asarray(x, dtype) for x, dtype in zip(batch.with_grade_defaults(), dtypes, strict=True))
     )
     if process_local:
       device = sharding.shard_local_batch(host, self.mesh, self.rules)
@@ -78,7 +73,7 @@ class Learner:
 
   def step(self, state: train_state.TrainState, batch: step_lib.Batch):
     """One update; returns (new state, metrics as Python floats). Raises on non-finite."""
-    if not isinstance(batch.tokens, jax.Array):
+    if not isinstance(batch.tokens, jax.Array) or batch.graded is None:
       batch = self.shard_batch(batch)
     step = int(state.step)
     state, metrics = self.train_step(state, batch)

@@ -42,6 +42,10 @@ class Batch(NamedTuple):
     passed: bool `[N, G]`, hidden tests passed.
     ranks: int32 `[N, G]`, the grader's ranks of passing trajectories (0 = best).
     valid: bool `[N, G]`, False at padding slots.
+    tiers, tier_ranks: int32 `[N, G]`, the grader's tier (0 = T1 .. 2 = T3) and tied rank
+      within it (`advantage.mode = "tiered"`); None = T2 / 0.
+    hacks: bool `[N, G]`, confirmed reward hacks; None = none.
+    graded: bool `[N, G]` (constant along G), the group's grading is usable; None = no.
   """
 
   tokens: jax.Array
@@ -52,6 +56,20 @@ class Batch(NamedTuple):
   passed: jax.Array
   ranks: jax.Array
   valid: jax.Array
+  tiers: jax.Array | None = None
+  tier_ranks: jax.Array | None = None
+  hacks: jax.Array | None = None
+  graded: jax.Array | None = None
+
+  def with_grade_defaults(self) -> Batch:
+    """The same batch with absent grade fields filled (T2, rank 0, no hacks, ungraded)."""
+    shape = np.shape(self.rewards)
+    return self._replace(
+      tiers=np.ones(shape, np.int32) if self.tiers is None else self.tiers,
+      tier_ranks=np.zeros(shape, np.int32) if self.tier_ranks is None else self.tier_ranks,
+      hacks=np.zeros(shape, bool) if self.hacks is None else self.hacks,
+      graded=np.zeros(shape, bool) if self.graded is None else self.graded,
+    )
 
   @classmethod
   def from_rollout(cls, arrays) -> Batch:
@@ -74,7 +92,37 @@ class Batch(NamedTuple):
 
 
 def compute_advantages(batch: Batch, cfg: AdvantageConfig):
-  """Group advantages, then redistribution; returns (A' `[N, G]`, metrics)."""
+  """Group advantages, then redistribution; returns (A' `[N, G]`, metrics).
+
+  `cfg.mode = "tiered"`: the paper's protocol (`advantages.tiered_advantages`: hacks reset,
+  r - mean(r), tier factors, capped rescale, re-centred), with lambda and the capped share
+  in the metrics."""
+  if cfg.mode == "tiered":
+    b = batch.with_grade_defaults()
+    base = adv_lib.group_advantages(b.rewards, b.valid, estimator="drgrpo")
+    if not cfg.redistribute:
+      return base, advantage_metrics(base, base, b)
+    new, lam, capped = adv_lib.tiered_advantages(
+      b.rewards,
+      b.passed,
+      b.valid,
+      b.tiers,
+      b.tier_ranks,
+      b.hacks if cfg.hacks else jnp.zeros_like(b.hacks),
+      jnp.any(b.graded, axis=-1),
+      lambda_max=cfg.lambda_max,
+      f_runner=cfg.f_runner,
+      f_max=cfg.f_max,
+      f_min=cfg.f_min,
+      f_low=cfg.f_low,
+    )
+    graded = jnp.any(b.graded, axis=-1) & adv_lib.informative_groups(b.passed, b.valid)
+    n_graded = jnp.maximum(jnp.sum(graded), 1)
+    metrics = advantage_metrics(base, new, b)
+    metrics["lambda_mean"] = jnp.sum(jnp.where(graded, lam, 0.0)) / n_graded
+    metrics["lambda_capped_share"] = jnp.sum(graded & capped) / n_graded
+    metrics["hacks_reset"] = jnp.sum(b.hacks & b.passed & b.valid & cfg.hacks).astype(jnp.float32)
+    return new, metrics
   base = adv_lib.group_advantages(batch.rewards, batch.valid, estimator=cfg.estimator, eps=cfg.eps)
   if cfg.redistribute:
     new = adv_lib.redistribute(
@@ -247,7 +295,8 @@ def make_train_step(
 
 def batch_shardings(mesh, rules=None) -> Batch:
   """Every batch field sharded along its group axis N over the batch mesh axes."""
-  return Batch(*(sharding.batch_sharding(mesh, rules, nd) for nd in (3, 3, 3, 3, 2, 2, 2, 2)))
+  nds = (3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2)
+  return Batch(*(sharding.batch_sharding(mesh, rules, nd) for nd in nds))
 
 
 def make_logprob_fn(graphdef, params_shardings, mesh, rules=None):
@@ -264,7 +313,7 @@ def make_logprob_fn(graphdef, params_shardings, mesh, rules=None):
 def check_batch(batch: Batch, mesh, micro_batches: int, rules=None) -> None:
   """Clear errors for shapes that cannot be split as configured."""
   n, g, t = np.shape(batch.tokens)
-  for name, x in batch._asdict().items():
+  for name, x in batch.with_grade_defaults()._asdict().items():
     want = (n, g, t) if name in ("tokens", "mask", "old_logprobs", "ref_logprobs") else (n, g)
     if tuple(np.shape(x)) != want:
       raise ValueError(f"batch.{name} has shape {np.shape(x)}, expected {want}")
