@@ -9,12 +9,19 @@
     python experiments/reproduce_ablations.py --aggregate_only --root=runs/ablations_small \\
         --sweep=configs/sweeps/ablations.py:preset=small,arms=grpo+gagar+gagar_no_rescale+reward_shaping+gagar_lm
 
+    # the paper's tiered protocol beside them:
+    python experiments/reproduce_ablations.py --root=runs/ablations_small \\
+        --sweep=configs/sweeps/ablations.py:preset=small,arms=gagar_paper
+
 Presets: small (4 arms x 3 seeds within 90 minutes on 2 CPU cores), runlocal (tests).
 """
 
 from configs import common
 from gagar_jax.arms import ARMS
 
+# The arms of the committed sweep (results/ablations.md); gagar_paper (the paper's tiered
+# protocol) and gagar_lm are added with arms=...+gagar_paper.
+DEFAULT_ARMS = ("grpo", "gagar", "gagar_no_rescale", "reward_shaping")
 # Sweep arm name -> config arg of configs/gagar.py.
 ARM_CONFIGS = {
   **{arm: f"arm={arm}" for arm in ARMS},
@@ -62,7 +69,7 @@ PRESETS = {
 
 
 def get_sweep(arg=None):
-  args = common.parse_arg(arg, preset="small", seeds=3, runlocal=False, arms="+".join(ARMS))
+  args = common.parse_arg(arg, preset="small", seeds=3, runlocal=False, arms="+".join(DEFAULT_ARMS))
   seeds = list(range(args.seeds))
   arms = args.arms.split("+")
   for arm in arms:
