@@ -208,7 +208,9 @@ class Trainer:
       return task
 
     # Each kept group goes to the grader as soon as its round ends, so grading overlaps
-    # with later rounds and with the device's log-prob pass below.
+    # with later rounds and with the device's log-prob pass below. The model graders'
+    # counters are read before any of this step's grading starts.
+    before = dict(getattr(self.grader, "stats", {})) if self.grades else {}
     submitted = [0]
 
     def grade(slot, group):
@@ -240,7 +242,6 @@ class Trainer:
     ranks = np.zeros((n, g), np.int32)
     grades, grade_metrics = None, {}
     if self.grades:
-      before = dict(getattr(self.grader, "stats", {}))
       grades, grade_metrics = self.grader_loop.collect_grades(n, g)
       ranks = grades.ranks
       if before:  # the agentic LM / endpoint graders: model tokens and retries this step
