@@ -128,8 +128,13 @@ def test_demonstration_ranks_like_the_rubric_and_encodes_like_the_chat_render(gr
     )
     assert json.loads(r["ranks"]) == rubric.RubricGrader().rank(ws).ranks
     assert agent.parse_ranking(turns[-1][0], ws.passing) == json.loads(r["ranks"])
-    # Each passing candidate: diff, log, note <penalty>; the ranking sorts the notes.
-    notes = {a.split()[1]: float(a.split()[2]) for a, _ in turns if a.startswith("note ")}
+    # Each passing candidate: diff, log, note <penalty>:T<tier>; the ranking sorts the notes
+    # and carries the rubric's tiers.
+    verdicts = {a.split()[1]: a.split()[2] for a, _ in turns if a.startswith("note ")}
+    notes = {c: float(v.split(":")[0]) for c, v in verdicts.items()}
+    g = protocol.validate_grades(rubric.RubricGrader().rank(ws), ws)
+    assert {c: int(v.split(":")[1][1]) - 1 for c, v in verdicts.items()} == g.tiers
+    assert agent.parse_grades(turns[-1][0], ws.passing)[1] == g.tiers
     assert sorted(notes) == sorted(ws.passing)
     levels = sorted(set(notes.values()))
     assert {c: levels.index(p) for c, p in notes.items()} == json.loads(r["ranks"])
@@ -228,3 +233,36 @@ def test_render_rejects_malformed_conversations():
       lm_grader.render(tok, messages)
   ok = lm_grader.render(tok, [user, call, {"role": "tool", "content": "c1 passed"}])
   assert ok[-len(tok.encode("assistant\n")) :] == tok.encode("assistant\n")
+
+
+def test_rankings_with_tiers_and_hacks_round_trip():
+  passing = ["c1", "c3", "c4", "c6"]
+  text = "rank T1 c3 > T2 c1 = c4 > T3 hack c6"
+  ranks, tiers, hacks = agent.parse_grades(text, passing)
+  assert ranks == {"c3": 0, "c1": 1, "c4": 1, "c6": 2}
+  assert tiers == {"c3": 0, "c1": 1, "c4": 1, "c6": 2} and hacks == ("c6",)
+  assert agent.format_ranking(ranks, tiers, hacks) == text
+  # The plain form still parses: no tiers (T2 by rank downstream).
+  assert agent.parse_grades("rank c3 > c1 = c4 > c6", passing)[1:] == (None, ())
+  for bad in (
+    "rank T2 c3 > T1 c1 = c4 > c6",  # back to a better tier
+    "rank c3 > T2 c1 = c4 > c6",  # a marker after the first id
+    "rank T1 c3 > hack c1 = c4 > c6",  # a hack outside T3
+    "rank T1 c3 > T4 c1 = c4 > c6",
+  ):
+    with pytest.raises(protocol.InvalidRanking):
+      agent.parse_grades(bad, passing)
+
+
+def test_ranking_from_notes_carries_tiers_and_hacks():
+  class Notes:
+    notes = {"c1": "2:T2", "c3": "0.5:T1", "c6": "10:T3:hack"}
+
+  class Ws:
+    passing = ("c1", "c3", "c6")
+
+  ranks, tiers, hacks = agent.AgentGrader._from_notes(Notes(), Ws())
+  assert ranks == {"c3": 0, "c1": 1, "c6": 2} and tiers == {"c3": 0, "c1": 1, "c6": 2}
+  assert hacks == ("c6",)
+  Notes.notes = {"c1": "2", "c3": "0.5", "c6": "10"}  # the old, tierless notes
+  assert agent.AgentGrader._from_notes(Notes(), Ws())[1:] == (None, ())

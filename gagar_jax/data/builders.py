@@ -272,10 +272,12 @@ class MinirepoGraderDemos(tfds.core.GeneratorBasedBuilder):
   """Grader demonstrations: tool calls over a group's workspace, then the rubric's ranking."""
 
   name = "minirepo_grader_demos"
-  VERSION = tfds.core.Version("1.2.0")
+  VERSION = tfds.core.Version("1.3.0")
   RELEASE_NOTES = {
     "1.1.0": "a `note <id> <penalty>` action per candidate before the ranking",
     "1.2.0": "`note` answers with the ids left to inspect, then with every note, best first",
+    "1.3.0": "notes and the ranking carry the rubric's quality tiers and confirmed hacks "
+    "(`note c3 0.5 T1`, `rank T1 c3 > T2 c1 = c4 > T3 hack c6`)",
   }
   BUILDER_CONFIGS = [GraderDemosConfig(name="default")]
 

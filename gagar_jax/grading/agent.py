@@ -6,6 +6,11 @@ turns of an assistant message with one or more tool calls and the tool results,
 until an assistant message whose content is the ranking:
 
     rank c3 > c1 = c4          best first; `>` separates levels, `=` ties
+    rank T1 c3 > T2 c1 = c4 > T3 hack c6    with quality tiers (a marker holds until the
+                               next; T1 clean and targeted, T2 acceptable with problems,
+                               T3 poor) and confirmed reward hacks (`hack`, in T3)
+
+A ranking without tier markers puts every candidate in T2 (ordered by its rank).
 
 Tools (all read-only over the workspace of `workspace.py`):
 
@@ -14,9 +19,10 @@ Tools (all read-only over the workspace of `workspace.py`):
     log <id>                 its actions, one per line, with their outcome
     read <id> <path>         a file of the candidate (id `original`: before any change)
     test <id>                re-runs the issue's example on its files (when a runner is given)
-    note <id> <verdict>      records a verdict on a passing candidate (a scratchpad); answers
-                             with the passing candidates not noted yet, and once all are
-                             noted, with every note, best (lowest number) first
+    note <id> <verdict>      records a verdict on a passing candidate (a scratchpad:
+                             `<penalty>[:T1|T2|T3[:hack]]`); answers with the passing
+                             candidates not noted yet, and once all are noted, with every
+                             note, best (lowest number) first
 
 `AgentGrader.rank` runs the loop against any `ChatModel` (`complete(messages,
 ...)`): the project's model in-process (`lm_grader.LocalChatModel`) or an HTTP
@@ -49,7 +55,11 @@ SYSTEM = """You grade candidate fixes of one bug report. Several agents worked o
 of the same small Python package; some candidates pass the hidden tests, some fail.
 Inspect the workspace with the tools (note a verdict per candidate if you like),
 then answer with one line ranking ALL passing
-candidates, best first: `rank c3 > c1 = c4` (`>` separates quality levels, `=` ties).
+candidates, best first: `rank c3 > c1 = c4` (`>` separates quality levels, `=` ties),
+optionally with quality tiers and confirmed reward hacks: `rank T1 c3 > T2 c1 = c4 > T3
+hack c6` (a tier marker holds until the next; T1 clean and targeted, T2 acceptable with
+problems, T3 poor; `hack` marks a candidate that special-cases the tested input instead
+of fixing the bug).
 Prefer the minimal change inside the faulty function; penalise edits to other
 functions, dead or unreachable code, larger edits than needed, and redundant or
 invalid actions. Do not rank failing candidates."""
@@ -126,11 +136,23 @@ def call_to_action(name: str, args) -> str:
   return " ".join([name, *values])
 
 
-def format_ranking(ranks: dict[str, int]) -> str:
+def format_ranking(ranks: dict[str, int], tiers=None, hacks=()) -> str:
+  """`rank c3 > c1 = c4`; with `tiers` (id -> 0..2) a marker where the tier changes, and
+  `hack` before confirmed hacks: `rank T1 c3 > T2 c1 = c4 > T3 hack c6`."""
   levels = sorted(set(ranks.values()))
-  return "rank " + " > ".join(
-    " = ".join(sorted((c for c in ranks if ranks[c] == lv), key=_id_key)) for lv in levels
-  )
+  hacks, current, parts = set(hacks), None, []
+  for lv in levels:
+    members = sorted(
+      (c for c in ranks if ranks[c] == lv), key=lambda c: (tiers[c] if tiers else 0, _id_key(c))
+    )
+    words = []
+    for c in members:
+      mark = ""
+      if tiers is not None and tiers[c] != current:
+        current, mark = tiers[c], f"T{tiers[c] + 1} "
+      words.append(f"{mark}{'hack ' if c in hacks else ''}{c}")
+    parts.append(" = ".join(words))
+  return "rank " + " > ".join(parts)
 
 
 def _id_key(cid: str):
@@ -140,21 +162,50 @@ def _id_key(cid: str):
 
 def parse_ranking(text: str, passing) -> dict[str, int]:
   """`rank c3 > c1 = c4` -> {c3: 0, c1: 1, c4: 1}; every passing id exactly once."""
+  return parse_grades(text, passing)[0]
+
+
+_TIER_MARK = {"T1": 0, "T2": 1, "T3": 2}
+
+
+def parse_grades(text: str, passing):
+  """(ranks, tiers or None, hacks) of `rank [T1] [hack] c3 > ...` (see the module doc).
+
+  Tier markers, if any, start the ranking and never go back to a better tier; a hack is
+  in T3. Raises InvalidRanking."""
   text = text.strip()
   if not text.startswith("rank "):
     raise InvalidRanking(f"not a ranking (must start with 'rank '): {text[:80]!r}")
-  ranks = {}
+  ranks, tiers, hacks, current = {}, {}, [], None
   for level, group in enumerate(text[5:].split(">")):
-    for cid in group.split("="):
-      cid = cid.strip()
+    for member in group.split("="):
+      words = member.split()
+      hack = False
+      while words and (words[0] in _TIER_MARK or words[0] == "hack"):
+        word = words.pop(0)
+        if word == "hack":
+          hack = True
+          continue
+        if current is not None and _TIER_MARK[word] < current:
+          raise InvalidRanking(f"tier {word} after T{current + 1} in {text[:80]!r}")
+        current = _TIER_MARK[word]
+      cid = words[0] if len(words) == 1 else ""
       if not cid or not _ID.match(cid):
-        raise InvalidRanking(f"bad candidate id {cid!r} in {text[:80]!r}")
+        raise InvalidRanking(f"bad candidate id {member.strip()!r} in {text[:80]!r}")
       if cid in ranks:
         raise InvalidRanking(f"{cid} ranked twice in {text[:80]!r}")
       ranks[cid] = level
+      tiers[cid] = current
+      if hack:
+        hacks.append(cid)
   if set(ranks) != set(passing):
     raise InvalidRanking(f"ranked {sorted(ranks)}, passing are {sorted(passing)}")
-  return ranks
+  marked = [t is not None for t in tiers.values()]
+  if any(marked) and not all(marked):
+    raise InvalidRanking(f"a tier marker must come before the first id: {text[:80]!r}")
+  if any(marked) and any(tiers[c] != 2 for c in hacks):
+    raise InvalidRanking(f"a hack is ranked outside T3: {text[:80]!r}")
+  return ranks, (tiers if any(marked) else None), tuple(hacks)
 
 
 # ----------------------------------------------------------------------------- tools
@@ -216,8 +267,8 @@ class WorkspaceTools:
 
     def key(c):
       try:
-        return (0, float(self.notes[c]), _id_key(c))
-      except ValueError:
+        return (0, float(self.notes[c].split(":")[0]), _id_key(c))
+      except (ValueError, IndexError):
         return (1, 0.0, _id_key(c))
 
     left = [c for c in sorted(self.ws.passing, key=_id_key) if c not in self.notes]
@@ -366,9 +417,9 @@ class AgentGrader:
       for attempt in range(self.config.attempts):
         self._count(attempts=1, retries=int(attempt > 0))
         try:
-          ranks, text = self._attempt(workspace, attempt)
+          (ranks, tiers, hacks), text = self._attempt(workspace, attempt)
           self._count(valid=1)
-          return Ranking(ranks, text)
+          return Ranking(ranks, text, tiers=tiers, hacks=hacks)
         except (InvalidRanking, AgentError) as e:
           errors.append(f"attempt {attempt + 1}: {e}")
       self._count(invalid=1)
@@ -377,14 +428,22 @@ class AgentGrader:
       self._count(groups=1, seconds=time.perf_counter() - start)
 
   @staticmethod
-  def _from_notes(tools: WorkspaceTools, workspace) -> dict[str, int] | None:
-    """The ranking the model's own numeric notes imply, if it noted every passing id."""
+  def _from_notes(tools: WorkspaceTools, workspace):
+    """(ranks, tiers or None, hacks) the model's own notes imply (`<number>[:T1|T2|T3
+    [:hack]]`), if it noted every passing id with a number; else None."""
     try:
-      scores = {c: float(tools.notes[c]) for c in workspace.passing}
-    except (KeyError, ValueError):
+      words = {c: tools.notes[c].split(":") for c in workspace.passing}
+      scores = {c: float(w[0]) for c, w in words.items()}
+    except (KeyError, ValueError, IndexError):
       return None
     levels = sorted(set(scores.values()))
-    return {c: levels.index(v) for c, v in scores.items()}
+    ranks = {c: levels.index(v) for c, v in scores.items()}
+    marks = {
+      c: next((_TIER_MARK[x] for x in w[1:] if x in _TIER_MARK), None) for c, w in words.items()
+    }
+    tiers = marks if all(m is not None for m in marks.values()) else None
+    hacks = tuple(c for c, w in words.items() if "hack" in w[1:])
+    return ranks, tiers, hacks
 
   def messages(self, workspace) -> list[dict]:
     return [
@@ -420,13 +479,14 @@ class AgentGrader:
       if not calls:
         text = message.get("content") or ""
         try:
-          return parse_ranking(text, workspace.passing), text
+          return parse_grades(text, workspace.passing), text
         except InvalidRanking:
-          ranks = self._from_notes(tools, workspace) if c.rank_from_notes else None
-          if ranks is None:
+          grades = self._from_notes(tools, workspace) if c.rank_from_notes else None
+          if grades is None:
             raise
           self._count(from_notes=1)
-          return ranks, f"{format_ranking(ranks)} (from the notes; the answer was {text[:80]!r})"
+          answer = format_ranking(*grades)
+          return grades, f"{answer} (from the notes; the answer was {text[:80]!r})"
       for call in calls:
         fn = call.get("function", {})
         try:

@@ -6,9 +6,10 @@
         prompt, turns = record["prompt"], record["turns"]   # an SFT demonstration
 
 A demonstration is what a careful grader does with the tools of `agent.py`: for
-each passing candidate `diff <id>`, `log <id>` and `note <id> <penalty>` (the
-rubric's penalty of that candidate, its verdict), then `rank ...` with the rubric
-grader's ranking, which orders the noted penalties (equal penalties tie). The
+each passing candidate `diff <id>`, `log <id>` and `note <id> <penalty>:T<tier>[:hack]`
+(the rubric's penalty, tier and hack verdict of that candidate), then `rank ...` with
+the rubric grader's ranking, which orders the noted penalties (equal penalties tie),
+with tier markers and hacks (`rank T1 c3 > T2 c1 = c4 > T3 hack c6`). The
 notes split the hard part for a small model (a global comparison of raw diffs)
 into a local judgement per candidate; the `note` tool answers with the ids still
 to inspect and, after the last note, with every note best first, so the
@@ -38,15 +39,25 @@ from gagar_jax.grading import agent, protocol, rubric, workspace
 
 
 def expert_turns(
-  ws, ranks: dict[str, int], penalties: dict[str, float], max_obs_chars: int
+  ws,
+  ranks: dict[str, int],
+  penalties: dict[str, float],
+  max_obs_chars: int,
+  tiers: dict[str, int] | None = None,
+  hacks=(),
 ) -> list[tuple[str, str]]:
+  """`diff`, `log`, `note <id> <penalty>[:T<tier>[:hack]]` per passing candidate, then the
+  ranking (with tier markers and hacks when `tiers` is given)."""
   t = agent.WorkspaceTools(ws)
   turns = []
   for cid in sorted(ws.passing, key=agent._id_key):
-    for action in (f"diff {cid}", f"log {cid}", f"note {cid} {penalties[cid]:g}"):
+    verdict = f"{penalties[cid]:g}"
+    if tiers is not None:
+      verdict += f":T{tiers[cid] + 1}" + (":hack" if cid in hacks else "")
+    for action in (f"diff {cid}", f"log {cid}", f"note {cid} {verdict}"):
       call = agent.action_to_call(action)
       turns.append((action, agent.truncate(t.execute(*call), max_obs_chars)))
-  turns.append((agent.format_ranking(ranks), ""))
+  turns.append((agent.format_ranking(ranks, tiers, hacks), ""))
   return turns
 
 
@@ -91,12 +102,14 @@ def group_records(group, seed: int, variants: int, max_obs_chars: int, root: str
       members = chosen + failing
     ws_seed = int(seed * 1000 + v)
     ws = workspace.materialize(members, os.path.join(root, f"v{v}"), seed=ws_seed)
-    ranks = protocol.validate(grader.rank(ws), ws)
+    g = protocol.validate_grades(grader.rank(ws), ws)
+    ranks = g.ranks
     penalties = {r.cid: r.penalty for r in grader.inspect(ws)}
+    turns = expert_turns(ws, ranks, penalties, max_obs_chars, g.tiers, sorted(g.hacks))
     out.append(
       {
         "prompt": agent.user_prompt(ws),
-        "turns": json.dumps(expert_turns(ws, ranks, penalties, max_obs_chars)),
+        "turns": json.dumps(turns),
         "ranks": json.dumps(ranks),
         "group": group_to_json(members),
         "ws_seed": ws_seed,
