@@ -42,7 +42,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.grader_data.policy_dir = "assets/pre_rl"
   # Train tasks sampled (groups with >= 2 passing become demonstrations) and held-out
   # validation tasks (their gradable groups measure agreement).
-  c.grader_data.n_train_tasks = 240
+  c.grader_data.n_train_tasks = 400
   c.grader_data.n_validation_tasks = 64
   # Samples per task.
   c.grader_data.group_size = 8
@@ -60,8 +60,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.sft = ml_collections.ConfigDict()
   # Sequences per step and their padded length (longer demonstrations are dropped).
   c.sft.batch_size = 16
-  c.sft.seq_len = 640
-  c.sft.steps = 900
+  # Long enough for the largest groups' demonstrations (8 passing candidates, tiers).
+  c.sft.seq_len = 1024
+  c.sft.steps = 800
   c.sft.learning_rate = 2e-3
   c.sft.warmup_steps = 50
   c.sft.min_lr_ratio = 0.1

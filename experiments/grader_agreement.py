@@ -33,7 +33,7 @@ from gagar_jax.data.builders import SPLIT_SEED_BASE
 from gagar_jax.envs import expert as expert_lib
 from gagar_jax.envs import minirepo
 from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
-from gagar_jax.grading import agent, backends, openai_grader, rubric, workspace
+from gagar_jax.grading import agent, backends, openai_grader, protocol, rubric, workspace
 from gagar_jax.grading import demos as demos_lib
 from gagar_jax.rollout import Trajectory
 
@@ -110,7 +110,8 @@ def main(argv):
       for k, (group, labels) in enumerate(groups):
         ws = workspace.materialize(group, f"{tmp}/g{k}", seed=k)
         if labels is None:
-          yield ws, rubric.RubricGrader().rank(ws).ranks
+          ref = protocol.validate_grades(rubric.RubricGrader().rank(ws), ws)
+          yield ws, ref.ranks, ref
         else:
           yield ws, {c: labels[ws.slot_of[c]] for c in ws.passing}
 
@@ -130,6 +131,10 @@ def main(argv):
     f"{m['tau_groups']} groups with distinct reference levels)"
   )
   print(f"  invalid outputs   {m['invalid_rate']:.3f}")
+  print(
+    f"  tier agreement    {m['tier_agreement']:.3f} (candidates, valid answers with tiers); "
+    f"hack recall {m['hack_recall']:.3f}"
+  )
   print(f"  grading time      {1e3 * m['seconds_per_group']:.1f} ms/group (median)")
   stats = getattr(grader, "stats", None)
   if stats:

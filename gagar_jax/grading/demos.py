@@ -158,17 +158,28 @@ def measure(grader, cases) -> dict:
   reports them. Tokens come from an agent grader's `stats`.
   """
   top1, taus, invalid, seconds = [], [], 0, []
+  tier_hits, tiered, hacks_found, hacks_total = 0, 0, 0, 0
   tokens_before = getattr(grader, "stats", {}).get("tokens", 0)
-  for ws, reference in cases:
+  for case in cases:
+    # (workspace, reference ranks) or (..., reference Grades): tiers and hacks compared too.
+    ws, reference, ref_grades = (*case, None)[:3]
     start = time.perf_counter()
     try:
-      ranks = protocol.validate(grader.rank(ws), ws)
+      ranking = grader.rank(ws)
+      grades = protocol.validate_grades(ranking, ws)
+      ranks = grades.ranks
     except protocol.InvalidRanking:
       invalid += 1
       top1.append(False)
       continue
     finally:
       seconds.append(time.perf_counter() - start)
+    if ref_grades is not None:
+      hacks_total += len(ref_grades.hacks)
+      hacks_found += len(ref_grades.hacks & grades.hacks)
+      if ranking.tiers is not None:  # a grader that gave tiers (T2-by-rank does not count)
+        tiered += len(ranks)
+        tier_hits += sum(grades.tiers[c] == ref_grades.tiers[c] for c in ranks)
     hit, tau = compare(ranks, reference)
     top1.append(hit)
     if len(set(reference.values())) > 1:
@@ -181,6 +192,10 @@ def measure(grader, cases) -> dict:
     "kendall_tau_median": float(np.nanmedian(taus)) if taus else float("nan"),
     "tau_groups": len(taus),
     "invalid_rate": invalid / n,
+    # Candidates whose tier equals the reference's (valid answers with tiers), and the
+    # reference's confirmed hacks the grader confirmed too (NaN: none to compare).
+    "tier_agreement": tier_hits / tiered if tiered else float("nan"),
+    "hack_recall": hacks_found / hacks_total if hacks_total else float("nan"),
     "seconds_per_group": float(np.median(seconds)) if seconds else float("nan"),
     "tokens_per_group": (getattr(grader, "stats", {}).get("tokens", 0) - tokens_before) / n,
   }
