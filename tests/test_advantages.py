@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from jax.sharding import NamedSharding
@@ -375,7 +375,7 @@ def tiered_groups(draw, binary=True):
   return rewards, passed, valid, tiers, tier_ranks, hacks, graded
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tiered_groups(binary=False), st.sampled_from([1.5, 1.1, 3.0, float("inf")]))
 def test_tiered_matches_numpy_twin_and_is_finite(batch, lambda_max):
   got = adv.tiered_advantages(*batch, lambda_max=lambda_max)
@@ -390,10 +390,11 @@ def test_tiered_matches_numpy_twin_and_is_finite(batch, lambda_max):
   np.testing.assert_allclose(
     np.asarray(adv.tier_factors(*batch[3:5], passed, valid)),
     ref.tier_factors(*batch[3:5], passed, valid),
+    atol=1e-6,  # float32 against float64 rounding of the T2 interpolation
   )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tiered_groups())
 def test_tiered_below_the_cap_preserves_the_passing_sum_and_failing_credit(batch):
   rewards, passed, valid, tiers, tier_ranks, hacks, graded = batch
@@ -409,7 +410,7 @@ def test_tiered_below_the_cap_preserves_the_passing_sum_and_failing_credit(batch
     np.testing.assert_allclose(a[b][v & ~ok[b]], base[v & ~ok[b]], atol=1e-5)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tiered_groups())
 def test_tiered_is_monotone_in_tier_and_rank_and_ties_are_equal(batch):
   rewards, passed, valid, tiers, tier_ranks, hacks, graded = batch
@@ -428,7 +429,7 @@ def test_tiered_is_monotone_in_tier_and_rank_and_ties_are_equal(batch):
           assert a[b, i] >= a[b, j] - 1e-5
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tiered_groups(binary=False), st.integers(0, 2**31 - 1))
 def test_a_hack_is_a_failing_trajectory_with_reward_zero_and_ungraded_is_plain(batch, seed):
   rewards, passed, valid, tiers, tier_ranks, hacks, graded = batch
