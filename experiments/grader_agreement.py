@@ -45,6 +45,9 @@ _HABIT_P = flags.DEFINE_float("habit_p", 0.35, "Probability of each habit per de
 _N_FUNCTIONS = flags.DEFINE_integer(
   "n_functions", 3, "MiniRepo functions per module (labels; rubric uses the policy's suite)."
 )
+_HACK_P = flags.DEFINE_float(
+  "hack_p", 0.0, "labels: probability of the reward-hack habit (weak hidden tests then)."
+)
 _GRADER_PATH = flags.DEFINE_string("grader_path", "assets/lm_grader", "LM grader folder.")
 _POLICY = flags.DEFINE_string("policy_dir", "assets/pre_rl", "Policy sampling the groups.")
 _BASE_URL = flags.DEFINE_string("base_url", "", "Endpoint ('' -> $OPENAI_BASE_URL).")
@@ -73,15 +76,20 @@ def make_grader():
 
 
 def label_groups(pool):
-  """[(group, reference ranks by slot)] of expert demonstrations with habit labels."""
-  habits = expert_lib.HabitConfig(**dict.fromkeys(WEIGHTS, _HABIT_P.value))
+  """[(group, reference ranks by slot)] of expert demonstrations with habit labels (with
+  `--hack_p`, hacks too: the tasks then have weak hidden tests, so hacks pass)."""
+  habits = expert_lib.HabitConfig(**dict.fromkeys(WEIGHTS, _HABIT_P.value), hack=_HACK_P.value)
   out = []
   for k in range(_GROUPS.value):
-    task = minirepo.generate_task(SPLIT_SEED_BASE["test"] + k, n_functions=_N_FUNCTIONS.value)
+    task = minirepo.generate_task(
+      SPLIT_SEED_BASE["test"] + k,
+      n_functions=_N_FUNCTIONS.value,
+      weak_hidden_tests=_HACK_P.value > 0,
+    )
     e = expert_lib.Expert(habits, seed=k, pool=pool)
     demos = [e.demonstrate(task) for _ in range(_GROUP_SIZE.value)]
     assert all(d.passed for d in demos)
-    labels = [sum(WEIGHTS[h] for h in d.habits) for d in demos]
+    labels = [sum(WEIGHTS.get(h, 10) for h in d.habits) for d in demos]  # a hack: 10
     group = [
       Trajectory(task, 0, i, [], [], [], d.turns, d.files, passed=True) for i, d in enumerate(demos)
     ]
@@ -112,8 +120,9 @@ def main(argv):
         if labels is None:
           ref = protocol.validate_grades(rubric.RubricGrader().rank(ws), ws)
           yield ws, ref.ranks, ref
-        else:
-          yield ws, {c: labels[ws.slot_of[c]] for c in ws.passing}
+        else:  # the rubric's tiers and hacks are the reference for those
+          ref = protocol.validate_grades(rubric.RubricGrader().rank(ws), ws)
+          yield ws, {c: labels[ws.slot_of[c]] for c in ws.passing}, ref
 
     m = demos_lib.measure(grader, cases())
   n = len(groups)
