@@ -200,4 +200,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  jax.config.config_with_absl()  # JAX's own flags (--jax_platforms, ...) on the command line
   app.run(main)

@@ -8,6 +8,7 @@ EvalPlus, and back here with `--config.init_from=out`. A policy imported from an
 folder keeps that tokenizer's files and template.
 """
 
+import jax
 from absl import app, flags, logging
 
 from gagar_jax import policy_io
@@ -30,4 +31,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  jax.config.config_with_absl()  # JAX's own flags (--jax_platforms, ...) on the command line
   app.run(main)

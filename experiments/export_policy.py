@@ -9,6 +9,7 @@
 import json
 import os
 
+import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
@@ -44,4 +45,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  jax.config.config_with_absl()  # JAX's own flags (--jax_platforms, ...) on the command line
   app.run(main)

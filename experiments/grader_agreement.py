@@ -24,6 +24,7 @@ invalid-output rate (after the agent's retry), model tokens and time per group.
 
 import tempfile
 
+import jax
 from absl import app, flags
 
 from configs import common
@@ -163,4 +164,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  jax.config.config_with_absl()  # JAX's own flags (--jax_platforms, ...) on the command line
   app.run(main)

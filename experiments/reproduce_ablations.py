@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 
+import jax
 import numpy as np
 from absl import app, flags
 
@@ -236,4 +237,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  jax.config.config_with_absl()  # JAX's own flags (--jax_platforms, ...) on the command line
   app.run(main)

@@ -12,6 +12,7 @@ requests must send `Authorization: Bearer <key>`.
 
 import os
 
+import jax
 from absl import app, flags, logging
 
 from gagar_jax.grading import lm_grader, server
@@ -53,4 +54,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  jax.config.config_with_absl()  # JAX's own flags (--jax_platforms, ...) on the command line
   app.run(main)

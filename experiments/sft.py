@@ -8,6 +8,7 @@ python experiments/sft.py --config=configs/grader_sft.py --workdir=runs/grader \
 import os
 import sys
 
+import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
@@ -38,4 +39,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  jax.config.config_with_absl()  # JAX's own flags (--jax_platforms, ...) on the command line
   app.run(main)

@@ -7,6 +7,7 @@
 Resumes automatically from the workdir's checkpoints.
 """
 
+import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
@@ -27,4 +28,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  jax.config.config_with_absl()  # JAX's own flags (--jax_platforms, ...) on the command line
   app.run(main)

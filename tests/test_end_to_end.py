@@ -329,3 +329,24 @@ def test_gagar_paper_arm_runs_the_tiered_protocol(tmp_path):
   config.learner.advantage.mode = "rank"
   with pytest.raises(ConfigError, match="^learner.advantage.mode: must be 'tiered'"):
     trainer.parse_config(config)
+
+
+def test_jax_flags_work_on_the_entry_points():
+  # Was: "FATAL Flags parsing error: Unknown command line flag 'jax_platforms'".
+  out = _run(
+    "sample.py",
+    "--jax_platforms=cpu",
+    "--policy=assets/pre_rl",
+    "--prompt=Issue: x",
+    "--max_new_tokens=2",
+  )
+  assert "[assistant] (2 tokens" in out
+  proc = subprocess.run(
+    [sys.executable, os.path.join(REPO, "experiments", "train.py"), "--helpfull"],
+    cwd=REPO,
+    env=_env(),
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert "--jax_platforms" in proc.stdout + proc.stderr
