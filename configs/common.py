@@ -94,10 +94,11 @@ def grader_agent() -> ml_collections.ConfigDict:
   """Budgets of the agentic LM / OpenAI grader (gagar_jax/grading/agent.py AgentConfig)."""
   c = ml_collections.ConfigDict()
   # Model calls per grading attempt, and tokens per call (one action).
-  c.max_turns = 24
-  c.max_action_tokens = 24
+  # (a careful pass over 8 passing candidates takes 25 calls; their ranking ~30 tokens)
+  c.max_turns = 32
+  c.max_action_tokens = 48
   # Stop an attempt once the conversation (prompt + completions) reaches this many tokens.
-  c.max_total_tokens = 1000
+  c.max_total_tokens = 1500
   # Tool outputs are cut to this many characters.
   c.max_observation_chars = 600
   # Attempts per group: the first greedy, a retry sampled at retry_temperature; then the

@@ -183,6 +183,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.checkpoint_every = 10
   c.sandbox_workers = 2
 
+  if size.startswith("qwen"):  # a pod-scale step (see experiments/plan.py, docs/scaling.md)
+    c.init_from = ""  # set --config.init_from to the Hugging Face folder of that size
+    c.num_groups = 64
+    c.rollout.max_action_tokens = 512
+    c.rollout.max_obs_tokens = 512
+    c.rollout.max_episode_tokens = 4096
+    c.learner.micro_batches = 2
   if args.demo:  # `make run`: a few minutes on a laptop CPU
     c.num_groups = 6
   if args.runlocal:  # the end-to-end test: seconds

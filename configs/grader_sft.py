@@ -29,6 +29,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.time_budget_minutes = 0.0
   # Model shape preset (configs/model_sizes.py); vocab_size follows the tokenizer.
   c.model = model_sizes.get_config(args.size)
+  c.model.max_seq_len = 1536  # the context below
   # BPE vocabulary trained on the grader demonstrations.
   c.tokenizer_vocab_size = 512
   c.mesh = common.mesh_config()
@@ -46,12 +47,17 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.grader_data.n_validation_tasks = 64
   # Samples per task.
   c.grader_data.group_size = 8
-  # Demonstrations per train group: the full group + random passing subsets.
+  # Demonstrations per train group: the full group `full_copies` times (fresh candidate
+  # ids each) + random passing subsets.
   c.grader_data.variants = 4
+  c.grader_data.full_copies = 2
+  # Every k-th task (train and validation) has weak hidden tests and 1-2 of its samples
+  # swapped for the scripted expert's reward hack, so the grader sees hacks (0: never).
+  c.grader_data.hack_every = 4
 
   # Model context (KV-cache slots) when grading, and the cut of each tool output in
   # tokens (the same cut is used when encoding the demonstrations).
-  c.context = 1024
+  c.context = 1536
   c.max_obs_tokens = 96
 
   # The grading agent's budgets (gagar_jax/grading/agent.py).
@@ -61,7 +67,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # Sequences per step and their padded length (longer demonstrations are dropped).
   c.sft.batch_size = 16
   # Long enough for the largest groups' demonstrations (8 passing candidates, tiers).
-  c.sft.seq_len = 1024
+  c.sft.seq_len = 1536
   c.sft.steps = 800
   c.sft.learning_rate = 2e-3
   c.sft.warmup_steps = 50
@@ -82,6 +88,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   if args.runlocal:  # tests: seconds, not minutes
     c.suite.n_train, c.suite.n_validation, c.suite.n_test = 48, 8, 8
     c.model = model_sizes.get_config("nano")
+    c.context, c.agent.max_total_tokens = 1024, 1000
     c.tokenizer_vocab_size = 320
     c.grader_data.n_train_tasks, c.grader_data.n_validation_tasks = 8, 4
     c.grader_data.variants = 2

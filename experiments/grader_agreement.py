@@ -15,7 +15,8 @@ demonstration is the weighted count of its habits (out_of_scope 3, dead_code 2,
 large_edit 1, redundant_view 0.5, extra_test 0.5, no_test 0.25; lower is better).
 
 --reference=rubric: the policy in --policy_dir samples groups of 8 on test-split tasks;
-groups with two or more passing samples are graded by the rubric and by --grader.
+groups with two or more passing samples are graded by the rubric and by --grader
+(with --hack_every=k, every k-th task has weak hidden tests and 1-2 expert hacks).
 
 Reported: top-1 agreement (the grader's best set contains a reference-best
 candidate), Kendall tau-b (mean over groups whose reference has distinct levels),
@@ -28,7 +29,7 @@ import jax
 from absl import app, flags
 
 from configs import common
-from gagar_jax import rollout
+from gagar_jax import grader_sft, rollout
 from gagar_jax.data import builders
 from gagar_jax.data.builders import SPLIT_SEED_BASE
 from gagar_jax.envs import expert as expert_lib
@@ -48,6 +49,12 @@ _N_FUNCTIONS = flags.DEFINE_integer(
 )
 _HACK_P = flags.DEFINE_float(
   "hack_p", 0.0, "labels: probability of the reward-hack habit (weak hidden tests then)."
+)
+_HACK_EVERY = flags.DEFINE_integer(
+  "hack_every",
+  0,
+  "rubric: every k-th task has weak hidden tests and 1-2 samples swapped for the expert's "
+  "reward hack (as in the grader's training data; 0: none).",
 )
 _GRADER_PATH = flags.DEFINE_string("grader_path", "assets/lm_grader", "LM grader folder.")
 _POLICY = flags.DEFINE_string("policy_dir", "assets/pre_rl", "Policy sampling the groups.")
@@ -106,7 +113,15 @@ def policy_groups():
     minirepo.generate_task(SPLIT_SEED_BASE["test"] + k, **suite.difficulty)
     for k in range(_GROUPS.value)
   ]
-  return [(g, None) for g in rollout.sample_groups(_POLICY.value, tasks, group_size=8, seed=7)]
+  tasks = grader_sft.hack_tasks(tasks, _HACK_EVERY.value)
+  groups = rollout.sample_groups(
+    _POLICY.value,
+    tasks,
+    group_size=8,
+    seed=7,
+    edit=lambda g, pool, k: demos_lib.inject_hacks(g, pool, 7_000 + k),
+  )
+  return [(g, None) for g in groups]
 
 
 def main(argv):

@@ -40,6 +40,8 @@ def data_config(config):
     n_validation_tasks=config.grader_data.n_validation_tasks,
     group_size=config.grader_data.group_size,
     variants=config.grader_data.variants,
+    full_copies=config.grader_data.full_copies,
+    hack_every=config.grader_data.hack_every,
     max_obs_chars=config.agent.max_observation_chars,
     seed=config.seed,
   )
@@ -48,17 +50,33 @@ def data_config(config):
 def sample_records(cfg, split, tasks, seed):
   """Grader demonstrations of `split` for the builder config `cfg`: groups its policy
   samples on `tasks` (those with two or more passing samples), each materialized and
-  graded by the rubric."""
+  graded by the rubric. Every `cfg.hack_every`-th task gets weak hidden tests and 1-2
+  of its samples swapped for the expert's reward hack (`demos.inject_hacks`)."""
   import tempfile
 
   from gagar_jax import rollout
 
-  groups = rollout.sample_groups(cfg.policy_dir, tasks, group_size=cfg.group_size, seed=seed)
+  tasks = hack_tasks(tasks, cfg.hack_every)
+  groups = rollout.sample_groups(
+    cfg.policy_dir,
+    tasks,
+    group_size=cfg.group_size,
+    seed=seed,
+    edit=lambda g, pool, k: demos.inject_hacks(g, pool, seed + k),
+  )
   variants = cfg.variants if split == "train" else 1
   with tempfile.TemporaryDirectory() as tmp:
     for k, group in enumerate(groups):
-      for record in demos.group_records(group, seed + k, variants, cfg.max_obs_chars, tmp):
+      records = demos.group_records(
+        group, seed + k, variants, cfg.max_obs_chars, tmp, full_copies=cfg.full_copies
+      )
+      for record in records:
         yield {"group_index": k, **record}
+
+
+def hack_tasks(tasks, every: int):
+  """`tasks` with every `every`-th one (from the first; 0: none) turned weak-test."""
+  return [demos.weak_variant(t) if every and k % every == 0 else t for k, t in enumerate(tasks)]
 
 
 def run(config, workdir: str, export: str = "") -> dict:

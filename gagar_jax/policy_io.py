@@ -30,7 +30,9 @@ from gagar_jax.models import chat_template, hf_import, tokenizers, transformer
 
 SHAPE_FIELDS = ("embed_dim", "num_layers", "num_heads", "num_kv_heads", "head_dim", "mlp_dim")
 # What a config may change on an HF checkpoint (numerics and a shorter context).
-SAFE_OVERRIDES = ("dtype", "param_dtype", "max_seq_len")
+SAFE_OVERRIDES = ("dtype", "param_dtype", "max_seq_len", "remat")
+# How the experiment runs the model, not what the weights are: always the config's.
+RUNTIME_FIELDS = ("remat",)
 
 
 @dataclasses.dataclass
@@ -82,6 +84,9 @@ def _hf_model_config(path: str, overrides, preset) -> transformer.ModelConfig:
     raise ConfigError("init_from", f"{path}/config.json: {e}") from None
   fields = {f: getattr(saved, f) for f in saved.__dataclass_fields__}
   for field, value in dict(overrides or {}).items():
+    if field in RUNTIME_FIELDS:
+      fields[field] = value
+      continue
     if field not in fields or (preset is not None and preset.get(field) == value):
       continue
     if value == fields[field] or (isinstance(value, dict) and value == dict(fields[field] or {})):
@@ -135,7 +140,8 @@ def open_policy(path: str, model_overrides=None, *, preset=None, chat_template_s
           f"model.{key}",
           f"{model_overrides[key]} does not match the warm start in {path} ({saved[key]})",
         )
-    model_config = transformer.ModelConfig.from_dict(saved)
+    runtime = {k: model_overrides[k] for k in RUNTIME_FIELDS if k in (model_overrides or {})}
+    model_config = transformer.ModelConfig.from_dict({**saved, **runtime})
   else:
     model_config = _hf_model_config(path, model_overrides, preset)
   if tok.vocab_size > model_config.vocab_size:

@@ -323,9 +323,13 @@ def to_arrays(
   return Arrays(tokens, mask, logps, rewards, passed, valid)
 
 
-def sample_groups(policy_dir: str, tasks, *, group_size: int, seed: int, rollout_overrides=None):
+def sample_groups(
+  policy_dir: str, tasks, *, group_size: int, seed: int, rollout_overrides=None, edit=None
+):
   """Groups an exported policy samples on `tasks` (temperature 1), keeping those with at
-  least two passing samples (gradable): grader demonstrations and agreement sets."""
+  least two passing samples (gradable): grader demonstrations and agreement sets.
+  `edit(group, pool, index) -> group`, if given, rewrites each group before that filter
+  (grader data: `grading.demos.inject_hacks`)."""
   from gagar_jax import policy_io
   from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
   from gagar_jax.models import transformer
@@ -340,6 +344,8 @@ def sample_groups(policy_dir: str, tasks, *, group_size: int, seed: int, rollout
     batch = 8
     for b in range(0, len(tasks), batch):
       groups = engine.run(params, tasks[b : b + batch], jax.random.key(seed * 100_003 + b))
+      if edit is not None:
+        groups = [edit(g, pool, b + i) for i, g in enumerate(groups)]
       kept += [g for g in groups if sum(t.passed for t in g) >= 2]
       print(
         f"[grader-data] sampled {min(b + batch, len(tasks))}/{len(tasks)} tasks, "

@@ -153,6 +153,10 @@ def encode_demos(
   return np.stack(rows), np.stack(weights), dropped
 
 
+# SFT batches are cut to a multiple of this many positions (`SFTTrainer.step`).
+LENGTH_BUCKET = 256
+
+
 class SFTTrainer:
   """Jitted, sharded supervised steps on (tokens, weights) batches."""
 
@@ -195,6 +199,13 @@ class SFTTrainer:
     )
 
   def step(self, state, tokens: np.ndarray, weights: np.ndarray):
+    # Only as many positions as the batch's longest sequence needs, in buckets of
+    # LENGTH_BUCKET (a few shapes to compile): padding has weight 0 and, being last,
+    # is never attended to, so the loss and gradients are those of the full width.
+    real = np.flatnonzero(np.any(np.asarray(weights) > 0, axis=0))
+    width = int(real[-1]) + 1 if real.size else 1
+    width = min(-(-width // LENGTH_BUCKET) * LENGTH_BUCKET, tokens.shape[1])
+    tokens, weights = tokens[:, :width], weights[:, :width]
     tokens, weights = sharding.shard_batch(
       (tokens, weights), self.mesh, self.rules, field="sft.batch_size"
     )

@@ -99,7 +99,7 @@ def test_tools_read_the_workspace_and_never_change_it(ws):
   )
   tools.execute("note", {"candidate": p[2], "verdict": "bad"})
   last = tools.execute("note", {"candidate": p[0], "verdict": "0.25"})
-  assert last == f"all noted, best first: {p[0]} 0.25, {p[1]} 2.5, {p[2]} bad"
+  assert last == f"all noted, best first: {p[0]} 0.25 > {p[1]} 2.5, {p[2]} bad"
   assert tools.execute("note", {"candidate": "c99", "verdict": "1"}).startswith("error:")
   # Bad calls are observations, never exceptions; nothing escapes the workspace.
   assert tools.execute("read", {"candidate": "c1", "path": "../../../../etc/passwd"}).startswith(
@@ -254,6 +254,20 @@ def test_rankings_with_tiers_and_hacks_round_trip():
       agent.parse_grades(bad, passing)
 
 
+def test_note_sheet_is_the_ranking_layout():
+  notes = {"c1": "2:T2", "c3": "0.5:T1", "c4": "2:T2", "c6": "10:T3:hack", "c2": "0:T1"}
+  assert agent.format_notes(notes) == "T1 c2 0 > c3 0.5 > T2 c1 2 = c4 2 > T3 hack c6 10"
+  # Levels follow (tier, penalty), so the sheet always parses as a ranking once the
+  # numbers are dropped, even when a penalty disagrees with its tier.
+  notes = {"c1": "1:T3", "c2": "2:T1", "c5": "x"}
+  assert agent.format_notes(notes) == "T1 c2 2 > T3 c1 1, c5 x"
+  sheet = agent.format_notes({"c1": "1", "c2": "1", "c3": "0.5"})
+  assert sheet == "c3 0.5 > c1 1 = c2 1"
+  answer = "rank " + " ".join(w for w in sheet.split() if not w.replace(".", "").isdigit())
+  ranks, tiers, hacks = agent.parse_grades(answer, ("c1", "c2", "c3"))
+  assert ranks == {"c3": 0, "c1": 1, "c2": 1} and tiers is None and hacks == ()
+
+
 def test_ranking_from_notes_carries_tiers_and_hacks():
   class Notes:
     notes = {"c1": "2:T2", "c3": "0.5:T1", "c6": "10:T3:hack"}
@@ -266,3 +280,29 @@ def test_ranking_from_notes_carries_tiers_and_hacks():
   assert hacks == ("c6",)
   Notes.notes = {"c1": "2", "c3": "0.5", "c6": "10"}  # the old, tierless notes
   assert agent.AgentGrader._from_notes(Notes(), Ws())[1:] == (None, ())
+
+
+def test_grader_data_injects_hacks_the_rubric_confirms():
+  # Weak-test tasks get the expert's reward hack in place of failing samples; the
+  # rubric confirms it and the demonstration notes it as a T3 hack.
+  import tempfile
+
+  from gagar_jax.envs import minirepo
+  from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
+  from gagar_jax.grading import demos
+  from gagar_jax.rollout import Trajectory
+
+  task = demos.weak_variant(minirepo.generate_task(5))
+  assert task.difficulty["weak_hidden_tests"] and task.seed == 5
+  failing = [Trajectory(task, 0, i, [], [], [], [], dict(task.files)) for i in range(3)]
+  with SandboxPool(SandboxConfig(workers=1)) as pool, tempfile.TemporaryDirectory() as tmp:
+    group = demos.inject_hacks(failing, pool, seed=3, most=2)
+    hacked = [t for t in group if t.passed]
+    assert 1 <= len(hacked) <= 2 and all(t.index == group.index(t) for t in group)
+    assert demos.inject_hacks(failing[:1], pool, 0)[0].passed  # one failing: replaced
+    plain = [Trajectory(minirepo.generate_task(5), 0, 0, [], [], [], [], {})]
+    assert demos.inject_hacks(plain, pool, 0) == plain  # strong tests: untouched
+    group = group + [group[0]] if len(hacked) == 1 else group  # two passing to grade
+    records = demos.group_records(group, 0, 1, 600, tmp)
+    turns = json.loads(records[0]["turns"])
+    assert ":T3:hack" in " ".join(a for a, _ in turns) and " hack c" in turns[-1][0]

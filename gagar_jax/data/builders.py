@@ -247,7 +247,9 @@ class GraderDemosConfig(tfds.core.BuilderConfig):
   n_train_tasks: int = 200
   n_validation_tasks: int = 48
   group_size: int = 8
-  variants: int = 4  # the full group + random passing subsets (train split only)
+  variants: int = 4  # demonstrations per group (train split only): full + subsets
+  full_copies: int = 1  # of those, the full group with fresh candidate ids
+  hack_every: int = 0  # every k-th task: weak hidden tests, 1-2 expert hacks (0: none)
   max_obs_chars: int = 600
   seed: int = 0
   generate: Callable[[GraderDemosConfig, str, list, int], Iterable[dict]] | None = None
@@ -263,7 +265,8 @@ def grader_demos_config(
   cfg = GraderDemosConfig(name="tmp", suite=suite, policy_dir=policy_dir, **kwargs)
   name = (
     f"{suite.name}__p{policy_digest[:10]}_t{cfg.n_train_tasks}-{cfg.n_validation_tasks}"
-    f"_g{cfg.group_size}_v{cfg.variants}_o{cfg.max_obs_chars}_s{cfg.seed}"
+    f"_g{cfg.group_size}_v{cfg.variants}f{cfg.full_copies}_h{cfg.hack_every}"
+    f"_o{cfg.max_obs_chars}_s{cfg.seed}"
   )
   return dataclasses.replace(cfg, name=name)
 
@@ -272,12 +275,15 @@ class MinirepoGraderDemos(tfds.core.GeneratorBasedBuilder):
   """Grader demonstrations: tool calls over a group's workspace, then the rubric's ranking."""
 
   name = "minirepo_grader_demos"
-  VERSION = tfds.core.Version("1.3.0")
+  VERSION = tfds.core.Version("1.4.0")
   RELEASE_NOTES = {
     "1.1.0": "a `note <id> <penalty>` action per candidate before the ranking",
     "1.2.0": "`note` answers with the ids left to inspect, then with every note, best first",
     "1.3.0": "notes and the ranking carry the rubric's quality tiers and confirmed hacks "
     "(`note c3 0.5 T1`, `rank T1 c3 > T2 c1 = c4 > T3 hack c6`)",
+    "1.4.0": "the last `note` answers in the ranking's layout (`T1 c3 0.5 > T2 c1 2`); the "
+    "full group repeated with fresh ids (`full_copies`); expert reward hacks on weak-test "
+    "tasks (`hack_every`); the rubric orders (tier, penalty)",
   }
   BUILDER_CONFIGS = [GraderDemosConfig(name="default")]
 

@@ -208,6 +208,59 @@ def parse_grades(text: str, passing):
   return ranks, (tiers if any(marked) else None), tuple(hacks)
 
 
+def notes_grades(notes: dict[str, str]):
+  """(ranks, tiers or None, hacks) that notes `<penalty>[:T1|T2|T3[:hack]]` imply: levels
+  by (tier, penalty) when every note has a tier, else by penalty (equal ties); None if a
+  note has no leading number."""
+  try:
+    words = {c: v.split(":") for c, v in notes.items()}
+    scores = {c: float(w[0]) for c, w in words.items()}
+  except (ValueError, IndexError):
+    return None
+  marks = {
+    c: next((_TIER_MARK[x] for x in w[1:] if x in _TIER_MARK), None) for c, w in words.items()
+  }
+  tiers = marks if marks and all(m is not None for m in marks.values()) else None
+  keys = {c: ((tiers[c] if tiers else 0), scores[c]) for c in notes}
+  levels = sorted(set(keys.values()))
+  ranks = {c: levels.index(k) for c, k in keys.items()}
+  hacks = tuple(sorted((c for c, w in words.items() if "hack" in w[1:]), key=_id_key))
+  if tiers is not None and any(tiers[c] != 2 for c in hacks):
+    hacks = tuple(c for c in hacks if tiers[c] == 2)  # a hack outside T3 is not one
+  return ranks, tiers, hacks
+
+
+def format_notes(notes: dict[str, str]) -> str:
+  """Every note, best first, in the ranking's own layout with each verdict's number after
+  its id (`T1 c3 0.5 > T2 c1 2 = c4 2 > T3 hack c6 10`); unscored notes (no leading
+  number) follow in id order, `, `-separated."""
+  scored = {c: v for c, v in notes.items() if _score(v) is not None}
+  parts = []
+  grades = notes_grades(scored) if scored else None
+  if grades is not None:
+    ranks, tiers, hacks = grades
+    line = format_ranking(ranks, tiers, hacks)[len("rank ") :]
+    parts.append(_with_scores(line, scored))
+  parts += [f"{c} {notes[c]}" for c in sorted(notes, key=_id_key) if c not in scored]
+  return ", ".join(parts)
+
+
+def _score(verdict: str):
+  try:
+    return float(verdict.split(":")[0])
+  except (ValueError, IndexError):
+    return None
+
+
+def _with_scores(line: str, notes: dict[str, str]) -> str:
+  out = []
+  for word in line.split():
+    out.append(word)
+    if word in notes:
+      out.append(f"{_score(notes[word]):g}")
+  return " ".join(out)
+
+
 # ----------------------------------------------------------------------------- tools
 
 
@@ -264,19 +317,10 @@ class WorkspaceTools:
     if cid not in self.ws.passing:
       raise ValueError(f"{cid} is not a passing candidate")
     self.notes[cid] = verdict
-
-    def key(c):
-      try:
-        return (0, float(self.notes[c].split(":")[0]), _id_key(c))
-      except (ValueError, IndexError):
-        return (1, 0.0, _id_key(c))
-
     left = [c for c in sorted(self.ws.passing, key=_id_key) if c not in self.notes]
     if left:
       return f"noted; to inspect: {' '.join(left)}"
-    return "all noted, best first: " + ", ".join(
-      f"{c} {self.notes[c]}" for c in sorted(self.notes, key=key)
-    )
+    return "all noted, best first: " + format_notes(self.notes)
 
   def _read(self, *parts) -> str:
     root = os.path.realpath(self.ws.path)
@@ -355,9 +399,9 @@ class AgentError(RuntimeError):
 class AgentConfig:
   """Budgets of one grading attempt, and the retry."""
 
-  max_turns: int = 24
-  max_action_tokens: int = 24
-  max_total_tokens: int = 1000
+  max_turns: int = 32  # a careful pass over 8 passing candidates takes 25
+  max_action_tokens: int = 48  # the ranking of 8 candidates with tiers takes ~30
+  max_total_tokens: int = 1500
   max_observation_chars: int = 600
   attempts: int = 2  # the first greedy, the rest sampled at retry_temperature
   retry_temperature: float = 0.7
@@ -429,21 +473,11 @@ class AgentGrader:
 
   @staticmethod
   def _from_notes(tools: WorkspaceTools, workspace):
-    """(ranks, tiers or None, hacks) the model's own notes imply (`<number>[:T1|T2|T3
-    [:hack]]`), if it noted every passing id with a number; else None."""
-    try:
-      words = {c: tools.notes[c].split(":") for c in workspace.passing}
-      scores = {c: float(w[0]) for c, w in words.items()}
-    except (KeyError, ValueError, IndexError):
+    """(ranks, tiers or None, hacks) the model's own notes imply (`notes_grades`), if it
+    noted every passing id with a number; else None."""
+    if set(tools.notes) != set(workspace.passing):
       return None
-    levels = sorted(set(scores.values()))
-    ranks = {c: levels.index(v) for c, v in scores.items()}
-    marks = {
-      c: next((_TIER_MARK[x] for x in w[1:] if x in _TIER_MARK), None) for c, w in words.items()
-    }
-    tiers = marks if all(m is not None for m in marks.values()) else None
-    hacks = tuple(c for c, w in words.items() if "hack" in w[1:])
-    return ranks, tiers, hacks
+    return notes_grades(tools.notes)
 
   def messages(self, workspace) -> list[dict]:
     return [

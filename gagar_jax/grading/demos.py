@@ -2,23 +2,28 @@
 
     groups = rollout.sample_groups(policy_dir, tasks, group_size=8, seed=0)  # >= 2 passing
     for group in groups:
-      for record in group_records(group, seed, variants=3):
+      for record in group_records(group, seed, variants=4, full_copies=2, ...):
         prompt, turns = record["prompt"], record["turns"]   # an SFT demonstration
 
 A demonstration is what a careful grader does with the tools of `agent.py`: for
 each passing candidate `diff <id>`, `log <id>` and `note <id> <penalty>:T<tier>[:hack]`
 (the rubric's penalty, tier and hack verdict of that candidate), then `rank ...` with
-the rubric grader's ranking, which orders the noted penalties (equal penalties tie),
-with tier markers and hacks (`rank T1 c3 > T2 c1 = c4 > T3 hack c6`). The
-notes split the hard part for a small model (a global comparison of raw diffs)
-into a local judgement per candidate; the `note` tool answers with the ids still
-to inspect and, after the last note, with every note best first, so the
-bookkeeping of ids (which the tiny model got wrong: skipped and repeated
-candidates) is a local copy.
+the rubric grader's ranking, which orders (tier, penalty) (equal pairs tie), with
+tier markers and hacks (`rank T1 c3 > T2 c1 = c4 > T3 hack c6`). The notes split the
+hard part for a small model (a global comparison of raw diffs) into a local judgement
+per candidate; the `note` tool answers with the ids still to inspect and, after the
+last note, with every note best first in the ranking's own layout (`T1 c3 0.5 > T2
+c1 2 = c4 2 > T3 hack c6 10`), so the bookkeeping of ids and levels (which the tiny
+model got wrong: skipped and repeated candidates) is a local copy.
 Observations are the real tool outputs on the materialized workspace, cut
-exactly as the agent loop cuts them. Besides the full group,
-`variants - 1` copies rank a random subset (>= 2) of its passing candidates,
-with fresh candidate ids: more demonstrations from the same sampling work.
+exactly as the agent loop cuts them. Each group gives `full_copies` demonstrations
+of the whole group and `variants - full_copies` of a random passing subset (>= 2), each
+with fresh candidate ids: more demonstrations from the same sampling work, and the
+long rankings (the hardest to copy) as often as the short ones.
+
+Reward hacks: the policy never special-cases an input, so on a share of the tasks
+(with weak hidden tests, `weak_variant`) `inject_hacks` swaps 1-2 samples for the
+scripted expert's hack before grading.
 
 Records keep the group itself (task, candidates' files / turns / status) and the
 workspace seed, so evaluation can rebuild the very workspace and compare a
@@ -86,21 +91,57 @@ def group_from_json(text: str) -> list[workspace.Candidate]:
   ]
 
 
-def group_records(group, seed: int, variants: int, max_obs_chars: int, root: str) -> list[dict]:
-  """Demonstrations of one group: the full group, then random passing subsets."""
+def weak_variant(task: minirepo.Task) -> minirepo.Task:
+  """A task of the same seed and difficulty but weak hidden tests (a hack can pass)."""
+  return minirepo.generate_task(task.seed, **{**task.difficulty, "weak_hidden_tests": True})
+
+
+def inject_hacks(group, pool, seed: int, most: int = 2):
+  """The group with 1..`most` of its samples (failing ones first) replaced by the scripted
+  expert's reward hack (`if <the reported call>: return <its expected value>`, other
+  habits at 0.2 each), for grader data on weak-test tasks, where the policy never hacks.
+  A group on a task without weak hidden tests is returned as it is."""
+  from gagar_jax import rollout
+  from gagar_jax.envs import expert as expert_lib
+
+  task = group[0].task
+  if not task.difficulty.get("weak_hidden_tests"):
+    return group
+  rng = np.random.default_rng(seed)
+  n = int(rng.integers(1, most + 1))
+  order = sorted(range(len(group)), key=lambda i: (group[i].passed, -i))[:n]
+  habits = expert_lib.HabitConfig(
+    out_of_scope=0.0, dead_code=0.2, large_edit=0.0, redundant_view=0.2, extra_test=0.2,
+    no_test=0.2, hack=1.0,
+  )  # fmt: skip
+  e = expert_lib.Expert(habits, seed=seed, pool=pool)
+  out = list(group)
+  for i in order:
+    d = e.demonstrate(task)
+    out[i] = rollout.Trajectory(
+      task, group[i].group, i, [], [], [], d.turns, d.files, finish="submit", passed=d.passed
+    )
+  return out
+
+
+def group_records(
+  group, seed: int, variants: int, max_obs_chars: int, root: str, full_copies: int = 1
+) -> list[dict]:
+  """Demonstrations of one group: the full group (`full_copies` times, each with fresh
+  candidate ids), then random passing subsets up to `variants` in all."""
   rng = np.random.default_rng(seed)
   passing = [t for t in group if t.passed]
   failing = [t for t in group if not t.passed]
   out = []
   grader = rubric.RubricGrader()
   for v in range(variants):
-    if v == 0:
+    if v < max(full_copies, 1):
       members = list(group)
     else:
       k = int(rng.integers(2, len(passing) + 1))
       chosen = [passing[i] for i in sorted(rng.choice(len(passing), k, replace=False))]
       members = chosen + failing
-    ws_seed = int(seed * 1000 + v)
+    ws_seed = int(seed * 1000 + v)  # fresh candidate ids per variant
     ws = workspace.materialize(members, os.path.join(root, f"v{v}"), seed=ws_seed)
     g = protocol.validate_grades(grader.rank(ws), ws)
     ranks = g.ranks

@@ -28,6 +28,8 @@ Tiers (the paper's protocol; the tier rank is the penalty's rank within the tier
   T1 clean       otherwise, with a penalty <= 0.5 (at most one redundant or invalid
                  action, or an untested fix, on a diff as small as the group's smallest)
   T2 acceptable  the rest
+The ranking orders (tier, penalty): equal pairs tie, and no tier is ranked above a
+better one.
 """
 
 from __future__ import annotations
@@ -211,8 +213,9 @@ class RubricGrader:
 
   def rank(self, workspace) -> Ranking:
     reports = self.inspect(workspace)
-    levels = sorted({r.penalty for r in reports})
-    ranks = {r.cid: levels.index(r.penalty) for r in reports}
+    # Levels by (tier, penalty): a ranking never puts a worse tier above a better one.
+    levels = sorted({(r.tier, r.penalty) for r in reports})
+    ranks = {r.cid: levels.index((r.tier, r.penalty)) for r in reports}
     why = "; ".join(
       f"{r.cid}: T{r.tier + 1}, penalty {r.penalty:g} (out-of-scope fns "
       f"{r.functions_out_of_scope}, dead {r.dead_code}, diff {r.diff_lines}, redundant "

@@ -33,6 +33,15 @@ LOGICAL_AXES = sharding.LOGICAL_AXES
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
+# `ModelConfig.remat` -> the `jax.checkpoint` policy of a block (None: no remat). The
+# projections are 2-D matmuls (`_dense`), which `dots_with_no_batch_dims_saveable`
+# keeps; the attention einsums are batched, so they are recomputed.
+REMAT_POLICIES = {
+  "none": None,
+  "block": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+  "full": jax.checkpoint_policies.nothing_saveable,
+}
+
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
@@ -55,6 +64,10 @@ class ModelConfig:
   dtype: str = "float32"
   param_dtype: str = "float32"
   max_seq_len: int = 4096
+  # Activation rematerialisation of each block in training (no effect when sampling):
+  # none: keep every activation; block: keep the projections' outputs (2-D matmuls),
+  # recompute attention, norms and activations; full: keep only each block's input.
+  remat: str = "none"
 
   def __post_init__(self):
     if self.rope_scaling is not None and not isinstance(self.rope_scaling, tuple):
@@ -89,6 +102,8 @@ class ModelConfig:
       )
     if self.head_dim % 2:
       raise ConfigError("head_dim", f"must be even for rotary embeddings, got {self.head_dim}")
+    if self.remat not in REMAT_POLICIES:
+      raise ConfigError("remat", f"must be one of {list(REMAT_POLICIES)}, got {self.remat!r}")
     for name in ("dtype", "param_dtype"):
       if getattr(self, name) not in _DTYPES:
         raise ConfigError(name, f"must be one of {sorted(_DTYPES)}, got {getattr(self, name)!r}")
@@ -353,6 +368,10 @@ class Block(nnx.Module):
     return x, cache
 
 
+def _block_no_cache(block: Block, x, positions, inv_freq):
+  return block(x, positions, inv_freq, None, None)[0]
+
+
 class Transformer(nnx.Module):
   """The policy (and grader) language model."""
 
@@ -390,7 +409,13 @@ class Transformer(nnx.Module):
     inv_freq = rope_inv_freq(self.config)
     x = jnp.take(self.embed[...], tokens, axis=0).astype(self.config.compute_dtype)
     new_cache = []
+    policy = REMAT_POLICIES[self.config.remat] if cache is None else None
     for i, layer in enumerate(self.layers):
+      if policy is not None:  # training: recompute the block's activations in backward
+        x = nnx.remat(_block_no_cache, policy=policy, prevent_cse=True)(
+          layer, x, positions, inv_freq
+        )
+        continue
       x, layer_cache = layer(
         x, positions, inv_freq, None if cache is None else cache[i], write_index
       )
