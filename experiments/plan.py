@@ -26,6 +26,7 @@ from gagar_jax import planner
 from gagar_jax.errors import ConfigError
 from gagar_jax.learner.config import LearnerConfig
 from gagar_jax.models import transformer
+from gagar_jax.planner import GIB
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/gagar.py", lock_config=False)
 _MESH = flags.DEFINE_string("mesh", "data:8", "Mesh axis sizes, e.g. data:2,fsdp:16,tensor:4.")
@@ -34,6 +35,42 @@ _COMPILED = flags.DEFINE_bool(
   "compiled", False, "Also compile the train step on virtual CPU devices (XLA's analysis)."
 )
 _HEADROOM = flags.DEFINE_float("headroom", 0.1, "Share of device memory kept free.")
+_TABLE = flags.DEFINE_string(
+  "table",
+  "",
+  "Instead of one plan: a markdown table of the cheapest fitting mesh, micro-batches and "
+  "remat per preset and slice, e.g. 'qwen2.5-coder-0.5b,qwen2.5-coder-7b' with --slices.",
+)
+_SLICES = flags.DEFINE_string(
+  "slices", "tpu-v5p:4,tpu-v5p:16,h100-80g:8", "--table: device:count entries."
+)
+
+
+def table(config) -> str:
+  """The docs/scaling.md table: `recommend` per preset and slice (the config's workload)."""
+  from configs import model_sizes
+
+  rows = [
+    "| model | slice | mesh | micro-batches | remat | per-device peak | device memory |",
+    "| --- | --- | --- | --- | --- | --- | --- |",
+  ]
+  work = workload(config)
+  for name in _TABLE.value.split(","):
+    model_config = transformer.ModelConfig.from_dict(model_sizes.get_config(name))
+    for entry in _SLICES.value.split(","):
+      dev_name, _, count = entry.partition(":")
+      dev = planner.device(dev_name)
+      found = planner.recommend(model_config, int(count), dev, work, config.sharding_rules)
+      slice_name = f"{count} x {dev_name}"
+      if found is None:
+        rows.append(f"| {name} | {slice_name} | does not fit | | | | {dev.memory / GIB:.0f} GiB |")
+        continue
+      mesh, micro, remat, plan = found
+      rows.append(
+        f"| {name} | {slice_name} | data:{mesh.data},fsdp:{mesh.fsdp},tensor:{mesh.tensor} "
+        f"| {micro} | {remat} | {plan.total / GIB:.1f} GiB | {dev.memory / GIB:.0f} GiB |"
+      )
+  return "\n".join(rows)
 
 
 def workload(config) -> planner.Workload:
@@ -49,6 +86,12 @@ def workload(config) -> planner.Workload:
 def main(argv):
   del argv
   config = _CONFIG.value
+  if _TABLE.value:
+    try:
+      print(table(config))
+    except (ConfigError, ValueError) as e:
+      sys.exit(f"plan.py: {e}")
+    return
   try:
     dev = planner.device(_DEVICE.value)
     mesh = planner.parse_mesh(_MESH.value)

@@ -39,6 +39,7 @@ runtime's own buffers, fragmentation) and names the lever that would help most.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import numpy as np
@@ -142,27 +143,37 @@ def _axis_size(mesh: dict, entry) -> int:
   return math.prod(mesh[a] for a in axes)
 
 
-def _weights(model_config, mesh: dict, rules) -> tuple[int, int]:
-  """(bytes of this device's shard of the weights, bytes with FSDP gathered)."""
+@functools.lru_cache(maxsize=16)
+def _abstract_weights(model_config) -> tuple:
+  """((path, shape, itemsize, logical axes), ...) of the model's weights (eval_shape)."""
   from flax import nnx
 
   from gagar_jax.models import transformer
 
   _, shapes = transformer.abstract(model_config)
-  shard = gathered = 0
+  out = []
   for key, var in nnx.to_flat_state(shapes):
     value = var.get_value()
     axes = var.get_metadata().get("logical_axes") or (None,) * len(value.shape)
+    out.append(("/".join(map(str, key)), value.shape, np.dtype(value.dtype).itemsize, axes))
+  return tuple(out)
+
+
+def _weights(model_config, mesh: dict, rules) -> tuple[int, int]:
+  """(bytes of this device's shard of the weights, bytes with FSDP gathered)."""
+  shard = gathered = 0
+  for key, shape, itemsize, axes in _abstract_weights(
+    dataclasses.replace(model_config, remat="none")
+  ):
     spec = sharding.logical_to_spec(axes, rules)
-    itemsize = np.dtype(value.dtype).itemsize
     n_shard = n_gathered = 1
-    for dim, entry, name in zip(value.shape, spec, axes, strict=True):
+    for dim, entry, name in zip(shape, spec, axes, strict=True):
       size = _axis_size(mesh, entry)
       if dim % size:
         axis = entry if isinstance(entry, str) else entry[-1]
         raise ConfigError(
           f"mesh.{axis}",
-          f"parameter {'/'.join(map(str, key))}: dimension {name!r} of size {dim} is not "
+          f"parameter {key}: dimension {name!r} of size {dim} is not "
           f"divisible by mesh axes {entry} of size {size}",
         )
       n_shard *= dim // size
@@ -359,3 +370,34 @@ def report(plan: Plan, dev: Device, lever_plans=(), headroom: float = 0.1) -> st
       ok = "fits" if verdict(p, dev, headroom)[0] else "does not fit"
       lines.append(f"  {name:32s} {p.total / GIB:8.2f} GiB  {ok}")
   return "\n".join(lines)
+
+
+REMAT_ORDER = ("none", "block", "full")
+
+
+def recommend(model_config, num_devices: int, dev: Device, workload: Workload, rules=None):
+  """The cheapest setting that fits `num_devices` of `dev`, or None: meshes over every
+  factorisation (data x fsdp x tensor), micro-batches 1..16 and remat none..full, tried
+  in order of cost (less recompute, fewer micro-batches, less tensor parallelism, less
+  FSDP). Returns (mesh, micro_batches, remat, Plan)."""
+  options = []
+  for tensor in (t for t in (1, 2, 4, 8) if num_devices % t == 0):
+    for fsdp in (f for f in range(1, num_devices // tensor + 1) if num_devices // tensor % f == 0):
+      data = num_devices // tensor // fsdp
+      for micro in (1, 2, 4, 8, 16):
+        for remat in REMAT_ORDER:
+          key = (REMAT_ORDER.index(remat), micro, tensor, fsdp)
+          options.append((key, sharding.MeshConfig(data, fsdp, tensor), micro, remat))
+  for _, mesh, micro, remat in sorted(options, key=lambda o: o[0]):
+    try:
+      plan = analytic(
+        dataclasses.replace(model_config, remat=remat),
+        mesh,
+        dataclasses.replace(workload, micro_batches=micro),
+        rules,
+      )
+    except ConfigError:
+      continue
+    if verdict(plan, dev)[0]:
+      return mesh, micro, remat, plan
+  return None

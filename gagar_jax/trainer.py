@@ -138,11 +138,27 @@ class Trainer:
     from gagar_jax.grading import loop as loop_lib
 
     sharding.initialize_distributed(config.distributed)
+    # Multi-host: each process rolls out, sandboxes and grades its own num_groups / P
+    # groups (its own tasks and seed stream) on its own devices; the learner assembles
+    # the global batch from every process's rows. Only process 0 writes and prints.
+    self.processes, self.process = jax.process_count(), jax.process_index()
+    self.primary = self.process == 0
+    check(
+      config.num_groups % self.processes == 0,
+      "num_groups",
+      f"{config.num_groups} groups do not split over {self.processes} processes",
+    )
+    self.local_groups = config.num_groups // self.processes
     os.makedirs(workdir, exist_ok=True)
     metrics_lib.save_config(config, workdir)
     self.tok, model_config = policy.tok, policy.model_config
     self.model_config = model_config
     self.mesh = sharding.make_mesh(config.mesh)
+    # Rollouts run on this process's devices only (one mesh per host), with a per-host
+    # replica of the weights (`_sampling_params`); one process: the learner's mesh.
+    self.sample_mesh = self.mesh
+    if self.processes > 1:
+      self.sample_mesh = sharding.make_mesh({"data": -1}, devices=jax.local_devices())
     # Read straight into the sharded layout (a checkpoint larger than one device).
     params = policy_io.load_weights(policy, mesh=self.mesh, rules=config.sharding_rules)
     self.learner = Learner(self.learner_cfg, model_config, self.mesh, config.sharding_rules)
@@ -154,7 +170,7 @@ class Trainer:
       self.learner.graphdef,
       self.tok,
       self.pool,
-      mesh=self.mesh,
+      mesh=self.sample_mesh,
       rules=config.sharding_rules,
     )
     eval_cfg = dataclasses.replace(self.rollout_cfg, group_size=config.eval.group_size)
@@ -164,7 +180,7 @@ class Trainer:
       self.learner.graphdef,
       self.tok,
       self.pool,
-      mesh=self.mesh,
+      mesh=self.sample_mesh,
       rules=config.sharding_rules,
     )
     self.arm = arms_lib.get(config.arm)
@@ -174,10 +190,17 @@ class Trainer:
       self.grader,
       workers=config.grader.workers,
       timeout_s=config.grader.timeout_s,
-      root=os.path.join(workdir, "workspaces"),
+      root=os.path.join(
+        workdir, "workspaces", *([f"process_{self.process}"] if self.processes > 1 else [])
+      ),
       seed=config.seed,
     )
-    # Tasks of the suite mixture by data position; held-out sets per suite.
+    # Tasks of the suite mixture by data position; held-out sets per suite. On several
+    # processes sharing data_dir, process 0 builds the TFDS datasets, the others wait.
+    if self.processes > 1 and not self.primary:
+      from jax.experimental import multihost_utils
+
+      multihost_utils.sync_global_devices("gagar_jax: datasets built")
     self.train_tasks = suites.MixedTasks(config.data_dir, config.suite, "train", seed=config.seed)
     self.by_suite = len(self.train_tasks.names) > 1
     self.graded_suites = graded_suites(config)
@@ -185,27 +208,68 @@ class Trainer:
     self.test_tasks = suites.held_out(
       config.data_dir, config.suite, "test", config.eval.final_tasks
     )
+    if self.processes > 1 and self.primary:
+      from jax.experimental import multihost_utils
+
+      multihost_utils.sync_global_devices("gagar_jax: datasets built")
     self.ckpt = Checkpointer(
       os.path.join(workdir, "checkpoints"),
       self.learner.abstract_state,
       self.learner.state_shardings,
       save_every=config.checkpoint_every,
       keep=2,
+      reference=self.learner_cfg.loss.kl != "off",
     )
     self.writer = metrics_lib.MetricWriter(workdir)
+    # Per process: the tasks it drew each step (hosts/process_<p>.jsonl), for audits.
+    self.host_log = os.path.join(workdir, "hosts", f"process_{self.process}.jsonl")
+
+  def log(self, text: str) -> None:
+    """Progress lines: process 0 only."""
+    if self.primary:
+      print(text, flush=True)
+
+  def _sampling_params(self, params):
+    """The weights the rollouts use: the learner's (one process), else a replica on this
+    process's devices (an all-gather over the mesh, then this host's copies, no host
+    round trip)."""
+    if self.processes == 1:
+      return params
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    full = jax.jit(lambda x: x, out_shardings=NamedSharding(self.mesh, P()))(params)
+    local = NamedSharding(self.sample_mesh, P())
+    return jax.tree.map(
+      lambda x: jax.make_array_from_single_device_arrays(
+        x.shape, local, [s.data for s in x.addressable_shards]
+      ),
+      full,
+    )
+
+  def _shard(self, x):
+    """Host rows of this process's groups (all groups when single-process) on the mesh."""
+    if self.processes > 1:
+      return sharding.shard_local_batch(x, self.mesh, self.config.sharding_rules)
+    return sharding.shard_batch(x, self.mesh, self.config.sharding_rules)
 
   # -- one step -------------------------------------------------------------------------
   def step(self, state, position: int, key):
     c, learner = self.config, self.learner
-    n, g, t = c.num_groups, self.rollout_cfg.group_size, self.rollout_cfg.max_episode_tokens
+    n, g, t = self.local_groups, self.rollout_cfg.group_size, self.rollout_cfg.max_episode_tokens
     times = {}
     start = time.perf_counter()
     counter = [position]
+    drawn = []
 
-    def next_task():
-      task = self.train_tasks[counter[0]]
+    def next_task():  # process p of P draws tasks p, p + P, p + 2P, ... of the mixture
+      task = self.train_tasks[counter[0] * self.processes + self.process]
       counter[0] += 1
+      drawn.append(task.task_id)
       return task
+
+    key = jax.random.fold_in(key, self.process)  # each process its own sampling stream
+    sample_params = self._sampling_params(state.params)
 
     # Each kept group goes to the grader as soon as its round ends, so grading overlaps
     # with later rounds and with the device's log-prob pass below. The model graders'
@@ -218,7 +282,7 @@ class Trainer:
         submitted[0] += bool(self.grader_loop.submit(slot, group))
 
     groups, ro = self.engine.collect(
-      state.params,
+      sample_params,
       next_task,
       n,
       key,
@@ -227,13 +291,23 @@ class Trainer:
     )
     times["rollout_s"] = time.perf_counter() - start
     submitted = submitted[0]
-    if not groups:
+    self._log_host(position, counter[0], drawn, len(groups))
+    kept = len(groups)
+    if self.processes > 1:  # the update is collective: skip only if no process kept one
+      from jax.experimental import multihost_utils
+
+      every = multihost_utils.process_allgather(np.array([len(groups), ro["pass_rate"]]))
+      every = np.reshape(every, (self.processes, 2))
+      kept = int(np.sum(every[:, 0]))
+      # The progress line's figures over all processes (the rest of `ro` is this one's).
+      ro = {**ro, "groups_kept": kept, "pass_rate": float(np.mean(every[:, 1]))}
+    if not kept:
       # Dynamic sampling kept no group: an update on an all-padding batch would still
       # move the parameters (AdamW momentum), so there is none; the data position moved.
       times["step_s"] = time.perf_counter() - start
       return state, counter[0], {**ro, **times, "skipped": 1.0, "grader_groups": 0.0}
     host = rollout.to_arrays(groups, n, g, t)
-    batch = learner.shard_batch(Batch.from_rollout(host))
+    batch = learner.shard_batch(Batch.from_rollout(host), process_local=self.processes > 1)
     t0 = time.perf_counter()
     old = learner.logprobs(state.params, batch.tokens)  # async: grading overlaps with it
     ref = old
@@ -254,7 +328,7 @@ class Trainer:
     if self.arm.shapes_reward:
       rewards = shaped_rewards(host.passed, ranks, c.grader.shaping_coef)
       ranks = np.zeros_like(ranks)
-    shard = lambda x: sharding.shard_batch(x, self.mesh, c.sharding_rules)
+    shard = self._shard
     batch = batch._replace(
       old_logprobs=old, ref_logprobs=ref, rewards=shard(rewards), ranks=shard(ranks)
     )
@@ -292,16 +366,31 @@ class Trainer:
     metrics = {**ro, **m, **grade_metrics, **times, **quality, "skipped": 0.0}
     return state, counter[0], metrics
 
+  def _log_host(self, start: int, end: int, tasks, kept: int) -> None:
+    os.makedirs(os.path.dirname(self.host_log), exist_ok=True)
+    with open(self.host_log, "a") as f:
+      record = {
+        "step": self.grader_loop.round + 1,
+        "position": start,
+        "next_position": end,
+        "kept": kept,
+        "tasks": tasks,
+      }
+      f.write(json.dumps(record) + "\n")
+
   # -- the loop -------------------------------------------------------------------------
   def run(self) -> dict:
     c = self.config
     warm_start = policy_io.fingerprint(c.init_from)
     meta = {"data_position": 0, "skipped_steps": 0, "init_from_sha256": warm_start}
     step = self.ckpt.latest_step()  # RL steps done (skipped ones included)
+    reference = None
     if step is not None:
       state, saved = self.ckpt.restore()
+      reference = self.ckpt.restore_reference(step)
       meta.update(saved)
-      if self.learner_cfg.loss.kl != "off" and meta["init_from_sha256"] != warm_start:
+      kl = self.learner_cfg.loss.kl != "off"
+      if kl and reference is None and meta["init_from_sha256"] != warm_start:
         raise ConfigError(
           "init_from",
           f"{c.init_from!r} is not the warm start this run began from (its parameters "
@@ -309,32 +398,48 @@ class Trainer:
           "original policy or start a new workdir",
         )
       self.writer.rewind(step)
-      print(f"[train] resumed from step {step} ({self.workdir})", flush=True)
+      self.log(f"[train] resumed from step {step} ({self.workdir})")
     else:
       state, step = self.learner.init(c.seed, params=self.init_params), 0
     # The KL reference is the warm start (init_from) for the whole run, resumes included,
     # in buffers of its own: the update step donates the policy's.
-    self.ref_params = None
-    if self.learner_cfg.loss.kl != "off":
+    # It is saved in the checkpoints too (a resume does not depend on init_from's files).
+    self.ref_params = reference
+    if self.learner_cfg.loss.kl != "off" and reference is None:
       self.ref_params = jax.device_put(
         self.init_params, self.learner.state_shardings.params, may_alias=False
       )
-    position, skipped = int(meta["data_position"]), int(meta["skipped_steps"])
+    # Each process's own data position (process p draws tasks p, p + P, ...).
+    positions = meta.get("data_positions") or [int(meta["data_position"])] * self.processes
+    if len(positions) != self.processes:
+      raise ConfigError(
+        "distributed.num_processes",
+        f"the checkpoint was written by {len(positions)} process(es), this run has "
+        f"{self.processes}; resume with the same process count",
+      )
+    position, skipped = int(positions[self.process]), int(meta["skipped_steps"])
     curve = list(meta.get("curve", []))
     key = jax.random.key(c.seed)
     start, steps_done = time.time(), 0
 
     def save(force=False):
+      every = [position]
+      if self.processes > 1:  # collective: every process calls save() every step
+        from jax.experimental import multihost_utils
+
+        every = [int(x) for x in np.ravel(multihost_utils.process_allgather(np.array([position])))]
       self.ckpt.save(
         step,
         state,
         {
-          "data_position": position,
+          "data_position": every[0],
+          "data_positions": every,
           "curve": curve,
           "skipped_steps": skipped,
           "init_from_sha256": meta["init_from_sha256"],
         },
         force=force,
+        reference=self.ref_params,
       )
 
     if step == 0 and not curve:
@@ -357,10 +462,9 @@ class Trainer:
         if tracing and (step + 1 == self.profile_steps[1] or step == c.steps):
           jax.profiler.stop_trace()
           tracing = False
-          print(
+          self.log(
             f"[train] profile of steps {self.profile_steps[0]}..{step} in "
-            f"{os.path.join(self.workdir, 'profile')}",
-            flush=True,
+            f"{os.path.join(self.workdir, 'profile')}"
           )
         skipped += int(m["skipped"])
         m["skipped_steps"], m["data_position"] = float(skipped), float(position)
@@ -368,20 +472,18 @@ class Trainer:
         rate = (time.time() - start) / steps_done
         eta = f"{m['step_s']:.1f}s/step, eta {rate * (c.steps - step) / 60:.1f}m"
         if m["skipped"]:
-          print(
+          self.log(
             f"[train] step {step}/{c.steps} | pass {m['pass_rate']:.2f} kept 0/{c.num_groups} "
             f"in {m['rounds']} round(s) | skipped: no informative group, no update "
-            f"({skipped} skipped so far) | {eta}",
-            flush=True,
+            f"({skipped} skipped so far) | {eta}"
           )
         else:
-          print(
+          self.log(
             f"[train] step {step}/{c.steps} | pass {m['pass_rate']:.2f} kept "
             f"{m['groups_kept']}/{c.num_groups} in {m['rounds']} round(s) | loss "
             f"{m['loss']:+.4f} gn {m['grad_norm']:.3f} kl {m['kl']:.4f} | moved "
             f"{m['adv_abs_moved']:.3f} graded {m.get('grader_ok', 0):.0f}/"
-            f"{m['grader_groups']:.0f}{tiered(m)} | tokens {m['episode_tokens']:.0f} | {eta}",
-            flush=True,
+            f"{m['grader_groups']:.0f}{tiered(m)} | tokens {m['episode_tokens']:.0f} | {eta}"
           )
         if step % c.eval.every_steps == 0 or step == c.steps:
           curve.append(self._evaluate(state, step, key))
@@ -390,14 +492,19 @@ class Trainer:
       if tracing:
         jax.profiler.stop_trace()
       save(force=True)
+    sample_params = self._sampling_params(state.params)
     final = evaluation.policy_metrics(
-      self.eval_engine.run(state.params, self.test_tasks, jax.random.fold_in(key, 10**7)),
+      self.eval_engine.run(sample_params, self.test_tasks, jax.random.fold_in(key, 10**7)),
       by_suite=self.by_suite,
     )
-    if jax.process_count() == 1:  # the RL'd policy, loadable like init_from
-      policy_io.export(
-        os.path.join(self.workdir, "policy"), self.tok, self.model_config, state.params
-      )
+    self._log_digest(sample_params)
+    if not self.primary:
+      self.close()
+      return {}
+    # The RL'd policy, loadable like init_from (process 0's replica of the weights).
+    policy_io.export(
+      os.path.join(self.workdir, "policy"), self.tok, self.model_config, sample_params
+    )
     summary = {
       "arm": c.arm,
       "seed": c.seed,
@@ -412,30 +519,44 @@ class Trainer:
       json.dump(summary, f, indent=2)
     plot_run(metrics_lib.read(self.writer.path), curve, os.path.join(self.workdir, "curves.png"))
     self.close()
-    print(
+    self.log(
       f"[train] done: test pass@1 {final['pass@1']:.3f}, pass@{c.eval.group_size} "
       f"{final[f'pass@{c.eval.group_size}']:.3f}, bloated passing "
       f"{evaluation.fmt(final.get('passing_bloated'))}, tokens {final['episode_tokens']:.0f}; "
       "outputs in "
-      f"{self.workdir}",
-      flush=True,
+      f"{self.workdir}"
     )
     return summary
 
+  def _log_digest(self, params) -> None:
+    """The sha256 of this process's replica of the final weights, in its host log (the
+    replicas of all processes must agree)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for leaf in jax.tree.leaves(params):
+      digest.update(np.asarray(leaf.addressable_data(0)).tobytes())
+    os.makedirs(os.path.dirname(self.host_log), exist_ok=True)
+    with open(self.host_log, "a") as f:
+      f.write(json.dumps({"final_params_sha256": digest.hexdigest()}) + "\n")
+
   def _evaluate(self, state, step, key) -> dict:
+    # Every process evaluates the same held-out tasks with the same key (the same
+    # numbers); process 0 writes and prints them.
     ev = evaluation.policy_metrics(
       self.eval_engine.run(
-        state.params, self.val_tasks, jax.random.fold_in(jax.random.fold_in(key, 2**30), step)
+        self._sampling_params(state.params),
+        self.val_tasks,
+        jax.random.fold_in(jax.random.fold_in(key, 2**30), step),
       ),
       by_suite=self.by_suite,
     )
     self.writer.write(step, ev, prefix="eval")
-    print(
+    self.log(
       f"[eval] step {step}: pass@1 {ev['pass@1']:.3f} informative "
       f"{ev['informative_groups']:.2f} bloated-passing {evaluation.fmt(ev.get('passing_bloated'))} "
       "tokens "
-      f"{ev['episode_tokens']:.0f}",
-      flush=True,
+      f"{ev['episode_tokens']:.0f}"
     )
     return {"step": step, **ev}
 

@@ -69,3 +69,76 @@ def test_two_process_training_matches_single_process(tmp_path):
   assert len(reference) == len(leaves)
   for i, ref in enumerate(reference):
     np.testing.assert_allclose(a[f"arr_{i}"], ref, atol=1e-5)
+
+
+def _launch(port, workdir, data_dir, process_id):
+  env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+  env.update(PYTHONPATH=REPO, JAX_PLATFORMS="cpu")
+  args = [
+    "--config=configs/gagar.py:runlocal=True,size=tiny",
+    "--config.init_from=assets/pre_rl",
+    f"--config.data_dir={data_dir}",
+    "--config.steps=3",
+    "--config.distributed.enabled=True",
+    f"--config.distributed.coordinator_address=127.0.0.1:{port}",
+    "--config.distributed.num_processes=2",
+    f"--config.distributed.process_id={process_id}",
+    f"--workdir={workdir}",
+  ]
+  return subprocess.Popen(
+    [sys.executable, os.path.join(REPO, "experiments", "train.py"), *args],
+    cwd=REPO,
+    env=env,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.STDOUT,
+    text=True,
+  )
+
+
+def test_train_py_as_two_processes_kill_and_resume(tmp_path):
+  # The real entry point as 2 jax.distributed processes (one CPU device and one sandbox
+  # pool each): each rolls out its own group per step, the learner's batch has both.
+  import json
+  import signal
+
+  from gagar_jax import metrics
+
+  workdir, data_dir = str(tmp_path / "run"), str(tmp_path / "data")
+  # Killed (SIGKILL, both) once process 0 has logged step 2; then resumed to the end.
+  port = _free_port()
+  procs = [_launch(port, workdir, data_dir, i) for i in range(2)]
+  seen = []
+  try:
+    for line in procs[0].stdout:
+      seen.append(line)
+      if line.startswith("[train] step 2/3"):
+        break
+  finally:
+    for p in procs:
+      p.kill()
+      p.wait(timeout=60)
+  assert procs[0].returncode == -signal.SIGKILL, "".join(seen)[-3000:]
+  port = _free_port()
+  procs = [_launch(port, workdir, data_dir, i) for i in range(2)]
+  outs = []
+  try:
+    for p in procs:
+      outs.append(p.communicate(timeout=600)[0])
+  finally:
+    for p in procs:
+      p.kill()
+  for i, (p, out) in enumerate(zip(procs, outs, strict=True)):
+    assert p.returncode == 0, f"process {i}:\n{out[-4000:]}"
+  assert "resumed from step" in outs[0] and "[train] done" in outs[0]
+  assert "[train]" not in outs[1]  # progress from process 0 only
+  records = [r for r in metrics.read(os.path.join(workdir, "metrics.jsonl")) if "train/loss" in r]
+  assert [r["step"] for r in records] == [1, 2, 3]  # written once, by one process
+  assert json.load(open(os.path.join(workdir, "summary.json")))["steps"] == 3
+  logs = [
+    [json.loads(x) for x in open(os.path.join(workdir, "hosts", f"process_{i}.jsonl"))]
+    for i in range(2)
+  ]
+  tasks = [{t for r in log for t in r.get("tasks", [])} for log in logs]
+  assert tasks[0] and tasks[1] and not tasks[0] & tasks[1]  # each process its own tasks
+  digests = [log[-1]["final_params_sha256"] for log in logs]
+  assert digests[0] == digests[1]  # every process holds the same parameters
