@@ -7,6 +7,7 @@ import sys
 
 import jax
 import numpy as np
+import safetensors.numpy
 
 from gagar_jax import sharding
 from tests import helpers
@@ -104,6 +105,23 @@ def test_train_py_as_two_processes_kill_and_resume(tmp_path):
   from gagar_jax import metrics
 
   workdir, data_dir = str(tmp_path / "run"), str(tmp_path / "data")
+
+  def finish(workdir):
+    port = _free_port()
+    procs = [_launch(port, workdir, data_dir, i) for i in range(2)]
+    outs = []
+    try:
+      for p in procs:
+        outs.append(p.communicate(timeout=600)[0])
+    finally:
+      for p in procs:
+        p.kill()
+    for i, (p, out) in enumerate(zip(procs, outs, strict=True)):
+      assert p.returncode == 0, f"process {i}:\n{out[-4000:]}"
+    return outs
+
+  straight = str(tmp_path / "straight")
+  finish(straight)
   # Killed (SIGKILL, both) once process 0 has logged step 2; then resumed to the end.
   port = _free_port()
   procs = [_launch(port, workdir, data_dir, i) for i in range(2)]
@@ -118,17 +136,7 @@ def test_train_py_as_two_processes_kill_and_resume(tmp_path):
       p.kill()
       p.wait(timeout=60)
   assert procs[0].returncode == -signal.SIGKILL, "".join(seen)[-3000:]
-  port = _free_port()
-  procs = [_launch(port, workdir, data_dir, i) for i in range(2)]
-  outs = []
-  try:
-    for p in procs:
-      outs.append(p.communicate(timeout=600)[0])
-  finally:
-    for p in procs:
-      p.kill()
-  for i, (p, out) in enumerate(zip(procs, outs, strict=True)):
-    assert p.returncode == 0, f"process {i}:\n{out[-4000:]}"
+  outs = finish(workdir)
   assert "resumed from step" in outs[0] and "[train] done" in outs[0]
   assert "[train]" not in outs[1]  # progress from process 0 only
   records = [r for r in metrics.read(os.path.join(workdir, "metrics.jsonl")) if "train/loss" in r]
@@ -142,3 +150,11 @@ def test_train_py_as_two_processes_kill_and_resume(tmp_path):
   assert tasks[0] and tasks[1] and not tasks[0] & tasks[1]  # each process its own tasks
   digests = [log[-1]["final_params_sha256"] for log in logs]
   assert digests[0] == digests[1]  # every process holds the same parameters
+  # Resuming is exact: the same parameters as the uninterrupted 2-process run.
+  a, b = (
+    safetensors.numpy.load_file(os.path.join(w, "policy", "params.safetensors"))
+    for w in (workdir, straight)
+  )
+  assert a.keys() == b.keys()
+  for name in a:
+    np.testing.assert_allclose(a[name], b[name], rtol=0, atol=1e-6, err_msg=name)

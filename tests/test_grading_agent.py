@@ -99,7 +99,7 @@ def test_tools_read_the_workspace_and_never_change_it(ws):
   )
   tools.execute("note", {"candidate": p[2], "verdict": "bad"})
   last = tools.execute("note", {"candidate": p[0], "verdict": "0.25"})
-  assert last == f"all noted, best first: {p[0]} 0.25 > {p[1]} 2.5, {p[2]} bad"
+  assert last == f"all noted, best first: {p[0]} > {p[1]}, {p[2]} bad"
   assert tools.execute("note", {"candidate": "c99", "verdict": "1"}).startswith("error:")
   # Bad calls are observations, never exceptions; nothing escapes the workspace.
   assert tools.execute("read", {"candidate": "c1", "path": "../../../../etc/passwd"}).startswith(
@@ -256,15 +256,14 @@ def test_rankings_with_tiers_and_hacks_round_trip():
 
 def test_note_sheet_is_the_ranking_layout():
   notes = {"c1": "2:T2", "c3": "0.5:T1", "c4": "2:T2", "c6": "10:T3:hack", "c2": "0:T1"}
-  assert agent.format_notes(notes) == "T1 c2 0 > c3 0.5 > T2 c1 2 = c4 2 > T3 hack c6 10"
-  # Levels follow (tier, penalty), so the sheet always parses as a ranking once the
-  # numbers are dropped, even when a penalty disagrees with its tier.
+  assert agent.format_notes(notes) == "T1 c2 > c3 > T2 c1 = c4 > T3 hack c6"
+  # Levels follow (tier, penalty), so the sheet always parses as a ranking, even when a
+  # penalty disagrees with its tier.
   notes = {"c1": "1:T3", "c2": "2:T1", "c5": "x"}
-  assert agent.format_notes(notes) == "T1 c2 2 > T3 c1 1, c5 x"
+  assert agent.format_notes(notes) == "T1 c2 > T3 c1, c5 x"
   sheet = agent.format_notes({"c1": "1", "c2": "1", "c3": "0.5"})
-  assert sheet == "c3 0.5 > c1 1 = c2 1"
-  answer = "rank " + " ".join(w for w in sheet.split() if not w.replace(".", "").isdigit())
-  ranks, tiers, hacks = agent.parse_grades(answer, ("c1", "c2", "c3"))
+  assert sheet == "c3 > c1 = c2"
+  ranks, tiers, hacks = agent.parse_grades("rank " + sheet, ("c1", "c2", "c3"))
   assert ranks == {"c3": 0, "c1": 1, "c2": 1} and tiers is None and hacks == ()
 
 

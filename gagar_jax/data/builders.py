@@ -281,7 +281,7 @@ class MinirepoGraderDemos(tfds.core.GeneratorBasedBuilder):
     "1.2.0": "`note` answers with the ids left to inspect, then with every note, best first",
     "1.3.0": "notes and the ranking carry the rubric's quality tiers and confirmed hacks "
     "(`note c3 0.5 T1`, `rank T1 c3 > T2 c1 = c4 > T3 hack c6`)",
-    "1.4.0": "the last `note` answers in the ranking's layout (`T1 c3 0.5 > T2 c1 2`); the "
+    "1.4.0": "the last `note` answers in the ranking's layout (`T1 c3 > T2 c1 = c4`); the "
     "full group repeated with fresh ids (`full_copies`); expert reward hacks on weak-test "
     "tasks (`hack_every`); the rubric orders (tier, penalty)",
   }

@@ -22,7 +22,8 @@ Tools (all read-only over the workspace of `workspace.py`):
     note <id> <verdict>      records a verdict on a passing candidate (a scratchpad:
                              `<penalty>[:T1|T2|T3[:hack]]`); answers with the passing
                              candidates not noted yet, and once all are noted, with every
-                             note, best (lowest number) first
+                             noted candidate best first in the ranking's layout (levels by
+                             tier, then penalty: `T1 c3 > T2 c1 = c4`)
 
 `AgentGrader.rank` runs the loop against any `ChatModel` (`complete(messages,
 ...)`): the project's model in-process (`lm_grader.LocalChatModel`) or an HTTP
@@ -98,7 +99,8 @@ TOOLS = [
   _fn(
     "note",
     "Records your verdict on a passing candidate (a scratchpad). Returns the passing "
-    "candidates not noted yet; once all are noted, every note, lowest (best) first.",
+    "candidates not noted yet; once all are noted, every noted candidate best first, in "
+    "the ranking's layout (levels by tier, then penalty).",
     candidate="id",
     verdict="one word, e.g. a penalty (lower is better): 2.5",
   ),
@@ -231,16 +233,13 @@ def notes_grades(notes: dict[str, str]):
 
 
 def format_notes(notes: dict[str, str]) -> str:
-  """Every note, best first, in the ranking's own layout with each verdict's number after
-  its id (`T1 c3 0.5 > T2 c1 2 = c4 2 > T3 hack c6 10`); unscored notes (no leading
-  number) follow in id order, `, `-separated."""
+  """Every noted candidate, best first, in the ranking's own layout (`T1 c3 > T2 c1 = c4 >
+  T3 hack c6`: levels by (tier, penalty) as `notes_grades` reads them); notes without a
+  leading number follow in id order with their verdict, `, `-separated."""
   scored = {c: v for c, v in notes.items() if _score(v) is not None}
   parts = []
-  grades = notes_grades(scored) if scored else None
-  if grades is not None:
-    ranks, tiers, hacks = grades
-    line = format_ranking(ranks, tiers, hacks)[len("rank ") :]
-    parts.append(_with_scores(line, scored))
+  if scored:
+    parts.append(format_ranking(*notes_grades(scored))[len("rank ") :])
   parts += [f"{c} {notes[c]}" for c in sorted(notes, key=_id_key) if c not in scored]
   return ", ".join(parts)
 
@@ -250,15 +249,6 @@ def _score(verdict: str):
     return float(verdict.split(":")[0])
   except (ValueError, IndexError):
     return None
-
-
-def _with_scores(line: str, notes: dict[str, str]) -> str:
-  out = []
-  for word in line.split():
-    out.append(word)
-    if word in notes:
-      out.append(f"{_score(notes[word]):g}")
-  return " ".join(out)
 
 
 # ----------------------------------------------------------------------------- tools

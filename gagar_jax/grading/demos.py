@@ -12,9 +12,10 @@ the rubric grader's ranking, which orders (tier, penalty) (equal pairs tie), wit
 tier markers and hacks (`rank T1 c3 > T2 c1 = c4 > T3 hack c6`). The notes split the
 hard part for a small model (a global comparison of raw diffs) into a local judgement
 per candidate; the `note` tool answers with the ids still to inspect and, after the
-last note, with every note best first in the ranking's own layout (`T1 c3 0.5 > T2
-c1 2 = c4 2 > T3 hack c6 10`), so the bookkeeping of ids and levels (which the tiny
-model got wrong: skipped and repeated candidates) is a local copy.
+last note, with every noted candidate best first in the ranking's own layout (`T1 c3 >
+T2 c1 = c4 > T3 hack c6`), so the bookkeeping of ids and levels (which the tiny model
+got wrong: skipped and repeated candidates, and copying around the penalty numbers) is
+a plain copy; the judgement is in the per-candidate notes.
 Observations are the real tool outputs on the materialized workspace, cut
 exactly as the agent loop cuts them. Each group gives `full_copies` demonstrations
 of the whole group and `variants - full_copies` of a random passing subset (>= 2), each
