@@ -19,6 +19,7 @@ install: $(STAMP)
 # A short GAGAR run on MiniRepo from the committed pre-RL policy (assets/pre_rl).
 run: $(STAMP)
 	$(BIN)/python experiments/train.py --config=configs/gagar.py:demo=True --workdir=$(WORKDIR)
+	$(BIN)/python experiments/inspect_groups.py --workdir=$(WORKDIR)
 
 # Remakes assets/pre_rl (the supervised warm start) from scratch.
 sft: $(STAMP)

@@ -179,6 +179,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.eval.final_tasks = 64
   c.eval.group_size = 4
 
+  # The group inspector (experiments/inspect_groups.py): a record of every kept group per step
+  # in workdir/groups (actions, diffs, grader output, advantages before / after); past
+  # max_steps step files the oldest half is thinned.
+  c.inspect = ml_collections.ConfigDict()
+  c.inspect.record = True
+  c.inspect.max_steps = 200
+
   # Checkpoints under workdir/checkpoints every this many steps (and at the end).
   c.checkpoint_every = 10
   c.sandbox_workers = 2

@@ -43,6 +43,7 @@ def parse_config(config):
   check(config.eval.every_steps > 0, "eval.every_steps", "must be > 0")
   check(config.grader.timeout_s > 0, "grader.timeout_s", "must be > 0")
   check(config.grader.workers > 0, "grader.workers", "must be > 0")
+  check(config.inspect.max_steps > 0, "inspect.max_steps", "must be > 0")
   learner_cfg = from_dict(LearnerConfig, config.learner, "learner")
   rollout_cfg = from_dict(rollout.RolloutConfig, config.rollout, "rollout")
   arms_lib.check_advantage(config.arm, learner_cfg.advantage)
@@ -223,6 +224,7 @@ class Trainer:
     self.writer = metrics_lib.MetricWriter(workdir)
     # Per process: the tasks it drew each step (hosts/process_<p>.jsonl), for audits.
     self.host_log = os.path.join(workdir, "hosts", f"process_{self.process}.jsonl")
+    self.current_step = 0
 
   def log(self, text: str) -> None:
     """Progress lines: process 0 only."""
@@ -343,6 +345,8 @@ class Trainer:
     for _ in range(c.updates_per_batch):
       state, m = learner.step(state, batch)
     times["update_s"] = time.perf_counter() - t0
+    if c.inspect.record:  # the group inspector's records (experiments/inspect_groups.py)
+      self._record_groups(groups, host, rewards, ranks, grades)
     times["step_s"] = time.perf_counter() - start
     quality = {"grader_groups": float(submitted), **batch_metrics(groups)}
     if self.by_suite:  # the same per suite of the mixture, advantage statistics included
@@ -366,11 +370,63 @@ class Trainer:
     metrics = {**ro, **m, **grade_metrics, **times, **quality, "skipped": 0.0}
     return state, counter[0], metrics
 
+  def _record_groups(self, groups, host, rewards, ranks, grades) -> None:
+    """Writes this step's group records (`inspection.py`): advantages before and after
+    redistribution recomputed on the host exactly as the learner's step does."""
+    from gagar_jax import advantages as adv_lib
+    from gagar_jax import inspection
+
+    k = len(groups)
+    part = Batch(None, None, None, None, rewards[:k], host.passed[:k], ranks[:k], host.valid[:k])
+    if grades is not None:
+      part = part._replace(
+        tiers=grades.tiers[:k],
+        tier_ranks=grades.tier_ranks[:k],
+        hacks=grades.hacks[:k],
+        graded=grades.graded[:k],
+      )
+    cfg = self.learner_cfg.advantage
+    after, _ = step_lib.compute_advantages(part, cfg)
+    part = part.with_grade_defaults()
+    if cfg.mode == "tiered":
+      before = adv_lib.group_advantages(part.rewards, part.valid, estimator="drgrpo")
+      _, lam, _ = adv_lib.tiered_advantages(
+        part.rewards, part.passed, part.valid, part.tiers, part.tier_ranks,
+        part.hacks & cfg.hacks, np.any(part.graded, axis=-1), lambda_max=cfg.lambda_max,
+        f_runner=cfg.f_runner, f_max=cfg.f_max, f_min=cfg.f_min, f_low=cfg.f_low,
+      )  # fmt: skip
+      lam = np.asarray(lam)
+    else:
+      before = adv_lib.group_advantages(
+        part.rewards, part.valid, estimator=cfg.estimator, eps=cfg.eps
+      )
+      weights = adv_lib.rank_weights(
+        part.ranks, part.passed, part.valid, scheme=cfg.scheme, **cfg.scheme_kwargs
+      )
+      lam = inspection.lambdas(
+        np.asarray(before), np.asarray(after), part.passed, part.valid, np.asarray(weights)
+      )
+    records = inspection.group_records(
+      groups,
+      before=np.asarray(before),
+      after=np.asarray(after),
+      lam=lam,
+      grades=grades,
+      reports=self.grader_loop.reports if self.grades else {},
+      step=self.current_step,
+    )
+    root = os.path.join(self.workdir, "groups")
+    inspection.write_step(
+      root, records[0]["step"] if records else 0, records,
+      process=self.process, processes=self.processes,
+    )  # fmt: skip
+    inspection.thin(root, self.config.inspect.max_steps * self.processes)
+
   def _log_host(self, start: int, end: int, tasks, kept: int) -> None:
     os.makedirs(os.path.dirname(self.host_log), exist_ok=True)
     with open(self.host_log, "a") as f:
       record = {
-        "step": self.grader_loop.round + 1,
+        "step": self.current_step,
         "position": start,
         "next_position": end,
         "kept": kept,
@@ -452,6 +508,7 @@ class Trainer:
           jax.profiler.start_trace(os.path.join(self.workdir, "profile"))
           tracing = True
         self.grader_loop.round = step
+        self.current_step = step + 1  # the step being run, as printed and logged
         try:
           state, position, m = self.step(state, position, step_key)
         except NonFiniteError as e:

@@ -87,13 +87,10 @@ def _policy(path):
   return safetensors.numpy.load_file(os.path.join(path, "policy", "params.safetensors"))
 
 
-def test_sft_then_rl_with_kl_kill_and_resume(warm_start):
-  root = warm_start
-  assert os.path.exists(root / "policy" / "params.safetensors")
-  assert os.path.exists(root / "sft" / "curve.png")
+def _kl_common(root):
   # From the committed tiny warm start (the nano SFT above never passes a test, so
   # its steps are skipped: dynamic sampling keeps no group).
-  common = [
+  return [
     "--config=configs/gagar.py:runlocal=True,size=tiny",
     f"--config.data_dir={root / 'data'}",
     "--config.init_from=assets/pre_rl",
@@ -103,9 +100,23 @@ def test_sft_then_rl_with_kl_kill_and_resume(warm_start):
     "--config.learner.optim.warmup_steps=0",
     "--config.steps=3",
   ]
-  straight = str(root / "rl_straight")
-  out = _run("train.py", *common, f"--workdir={straight}")
+
+
+@pytest.fixture(scope="module")
+def kl_run(warm_start):
+  """An uninterrupted 3-step RL run with KL (its workdir): the resume test's reference,
+  and the group inspector's records."""
+  straight = str(warm_start / "rl_straight")
+  out = _run("train.py", *_kl_common(warm_start), f"--workdir={straight}")
   assert "[train] step 3/3" in out and "[train] done" in out
+  return straight
+
+
+def test_sft_then_rl_with_kl_kill_and_resume(warm_start, kl_run):
+  root, straight = warm_start, kl_run
+  assert os.path.exists(root / "policy" / "params.safetensors")
+  assert os.path.exists(root / "sft" / "curve.png")
+  common = _kl_common(root)
   # Regression: the reference aliased the donated policy buffers ("Buffer has been
   # deleted or donated" at step 2). KL is 0 at the first update (policy = reference).
   kl = [
@@ -350,3 +361,69 @@ def test_jax_flags_work_on_the_entry_points():
     timeout=300,
   )
   assert "--jax_platforms" in proc.stdout + proc.stderr
+
+
+def test_group_inspector_in_a_browser(kl_run, tmp_path):
+  # The real run's group records, one candidate made hostile (model output is untrusted
+  # text), built into the static site by the real CLI and driven in headless Chromium.
+  from gagar_jax import inspection
+  from tests import browser
+
+  records = inspection.read(os.path.join(kl_run, "groups"))
+  assert records and {r["step"] for r in records} <= {1, 2, 3}
+  for r in records:
+    assert r["task"]["issue"] and len(r["candidates"]) == 4
+    assert all({"diff", "actions", "before", "after", "passed"} <= set(c) for c in r["candidates"])
+  graded = [r for r in records if r["grader"]["status"] == "graded"]
+  assert graded and all(r["grader"]["output"] for r in graded)
+  workdir = tmp_path / "run"
+  target = dict(graded[0])
+  hostile = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
+  target["candidates"] = [dict(c) for c in target["candidates"]]
+  target["candidates"][0]["diff"] = "+" + hostile
+  target["candidates"][0]["actions"] = [{"action": "</pre>" + hostile, "observation": hostile}]
+  target["candidates"][1]["hack"] = True
+  others = [r for r in records if r is not graded[0]]
+  inspection.write_step(str(workdir / "groups"), 99, others + [target])
+  script = os.path.join(REPO, "experiments", "inspect_groups.py")
+  proc = subprocess.run(
+    [sys.executable, script, f"--workdir={workdir}"],
+    capture_output=True, text=True, timeout=120, cwd=REPO,
+  )  # fmt: skip
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  index = proc.stdout.strip().split("file://")[-1]
+  assert index.endswith("index.html") and os.path.exists(index)
+  page = f"group_{target['step']}_{target['group']}.html"
+  try:
+    b = browser.Browser(width=1280, height=1000).__enter__()
+  except browser.BrowserUnavailable as e:
+    pytest.skip(f"no headless chromium here ({e}); .ci/run installs Debian's chromium")
+  try:
+    b.open("file://" + index)
+    shown = (
+      "Array.from(document.querySelectorAll('tr.group')).filter(r => r.style.display !== 'none')"
+    )
+    assert b.eval(f"{shown}.length") == len(records)
+    b.click("[data-filter=hack]")  # only the group with the confirmed hack
+    assert b.eval(f"{shown}.map(r => r.querySelector('a').getAttribute('href'))") == [page]
+    b.click("[data-filter=hack]")
+    b.eval(
+      "var s = document.getElementById('search'); s.value = "
+      + json.dumps(target["task"]["id"].lower())
+      + "; s.dispatchEvent(new Event('input'))"
+    )
+    assert b.eval(f"{shown}.length") >= 1
+    b.click(f"a[href='{page}']", navigates=True)
+    assert b.eval("location.href").endswith(page)
+    assert b.eval("document.querySelectorAll('.card').length") == 4
+    assert b.eval("document.querySelectorAll('#chart rect.after').length") == 4
+    assert b.eval("document.querySelectorAll('.hack').length") == 1
+    assert b.eval("document.getElementById('grader').textContent") == target["grader"]["output"]
+    # The hostile text is shown as text and none of it ran.
+    assert b.eval("window.__pwned === undefined")
+    assert hostile in b.eval("document.body.innerText")
+    assert b.eval("document.querySelectorAll('script').length") == 0  # group pages: none
+    b.screenshot(str(tmp_path / "group.png"))
+    assert (tmp_path / "group.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  finally:
+    b.__exit__(None, None, None)

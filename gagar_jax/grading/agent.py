@@ -451,13 +451,16 @@ class AgentGrader:
       for attempt in range(self.config.attempts):
         self._count(attempts=1, retries=int(attempt > 0))
         try:
-          (ranks, tiers, hacks), text = self._attempt(workspace, attempt)
+          messages = []
+          (ranks, tiers, hacks), text = self._attempt(workspace, attempt, messages)
           self._count(valid=1)
-          return Ranking(ranks, text, tiers=tiers, hacks=hacks)
+          return Ranking(ranks, text, tiers=tiers, hacks=hacks, transcript=tuple(messages))
         except (InvalidRanking, AgentError) as e:
           errors.append(f"attempt {attempt + 1}: {e}")
       self._count(invalid=1)
-      raise InvalidRanking("; ".join(errors))
+      error = InvalidRanking("; ".join(errors))
+      error.transcript = tuple(messages)
+      raise error
     finally:
       self._count(groups=1, seconds=time.perf_counter() - start)
 
@@ -475,10 +478,11 @@ class AgentGrader:
       {"role": "user", "content": user_prompt(workspace)},
     ]
 
-  def _attempt(self, workspace, attempt: int) -> tuple[dict[str, int], str]:
+  def _attempt(self, workspace, attempt: int, messages: list) -> tuple[dict[str, int], str]:
+    """One attempt; `messages` (empty) receives its conversation as it goes."""
     c = self.config
     tools = WorkspaceTools(workspace, self.run_tests)
-    messages = self.messages(workspace)
+    messages += self.messages(workspace)
     self.last_messages = messages
     temperature = 0.0 if attempt == 0 else c.retry_temperature
     for _ in range(c.max_turns):

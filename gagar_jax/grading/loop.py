@@ -36,6 +36,25 @@ class GradeArrays(NamedTuple):
   graded: np.ndarray  # the group's grading is usable (repeated along G)
 
 
+def transcript_lines(messages, limit: int = 600) -> list[dict]:
+  """An agent grader's conversation as [{role, text}] (tool calls as their action text,
+  each text cut to `limit` characters)."""
+  import json
+
+  out = []
+  for m in messages or ():
+    text = m.get("content") or ""
+    for call in m.get("tool_calls") or ():
+      fn = call.get("function", {})
+      try:
+        args = json.loads(fn.get("arguments") or "{}")
+      except json.JSONDecodeError:
+        args = {}
+      text = " ".join([str(fn.get("name", "")), *(str(v) for v in dict(args).values())])
+    out.append({"role": str(m.get("role", "")), "text": str(text)[:limit]})
+  return out
+
+
 class _Job:
   def __init__(self, index, ws):
     self.index, self.ws = index, ws
@@ -61,6 +80,9 @@ class GraderLoop:
     # it to the RL step so that a resumed run grades exactly like an uninterrupted one.
     self.round = 0
     self.totals = {"graded": 0, "exceptions": 0, "timeouts": 0, "invalid": 0, "skipped": 0}
+    # Per group index of the last collect_grades: status (graded / invalid / timeout /
+    # exception), the grader's output text, candidate id per slot, agent transcript.
+    self.reports: dict[int, dict] = {}
 
   def _run(self, job: _Job):
     self._slots.acquire()
@@ -114,22 +136,38 @@ class GraderLoop:
     )
     waited = 0.0
     start = time.monotonic()
+    # What the grader said about each submitted group (the group inspector's record).
+    self.reports = {}
     for index, job in sorted(self._jobs.items()):
+      cids = [None] * group_size
+      for cid, slot in job.ws.slot_of.items():
+        cids[slot] = cid
+      report = self.reports[index] = {"status": "", "output": "", "cids": cids, "transcript": []}
       # Each group gets timeout_s from its submission (time queued for a slot included).
       left = self.timeout_s - (time.monotonic() - job.started)
       if not job.done.wait(max(0.0, left)):
         counts["timeouts"] += 1
+        report["status"] = "timeout"
         self._release(job)  # a hung grader keeps its thread, not its slot
         continue
       if job.error is not None:
         # A grader that gives up with InvalidRanking produced no valid output: invalid.
-        counts["invalid" if isinstance(job.error, protocol.InvalidRanking) else "exceptions"] += 1
+        invalid = isinstance(job.error, protocol.InvalidRanking)
+        counts["invalid" if invalid else "exceptions"] += 1
+        report.update(
+          status="invalid" if invalid else "exception",
+          output=f"{type(job.error).__name__}: {job.error}",
+          transcript=transcript_lines(getattr(job.error, "transcript", ())),
+        )
         continue
+      report.update(output=job.result.rationale, transcript=transcript_lines(job.result.transcript))
       try:
         g = protocol.validate_grades(job.result, job.ws)
-      except protocol.InvalidRanking:
+      except protocol.InvalidRanking as e:
         counts["invalid"] += 1
+        report.update(status="invalid", output=f"{e} ({job.result.rationale})")
         continue
+      report["status"] = "graded"
       for cid, rank in g.ranks.items():
         slot = job.ws.slot_of[cid]
         ranks[index, slot], tiers[index, slot] = rank, g.tiers[cid]

@@ -19,12 +19,15 @@ class Ranking:
       problems, 2 = T3 poor: bloated, out of scope, hacky), or None. A ranking without
       tiers puts every candidate in T2, ordered by its rank.
     hacks: ids of passing candidates confirmed as reward hacks (they count as failing).
+    transcript: an agent grader's conversation (OpenAI chat messages: its tool calls,
+      their results, its notes and answer), for inspection; empty for the rubric.
   """
 
   ranks: dict[str, int]
   rationale: str = ""
   tiers: dict[str, int] | None = None
   hacks: tuple[str, ...] = ()
+  transcript: tuple = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +47,9 @@ class Grader(Protocol):
 
 
 class InvalidRanking(ValueError):
-  pass
+  """No usable ranking; `transcript` holds an agent grader's last conversation, if any."""
+
+  transcript: tuple = ()
 
 
 def validate(ranking, workspace) -> dict[str, int]:

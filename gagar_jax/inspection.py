@@ -1,0 +1,159 @@
+"""Group records for the group inspector (`experiments/inspect_groups.py`).
+
+Each RL step the trainer writes `workdir/groups/step_<N>.json` (`step_<N>_p<P>.json` per
+process on several hosts): one record per kept group with
+
+  task       id, suite, the bug report, the original files
+  candidates per trajectory: actions (with observations), final diff against the
+             original files, passed, reward, quality signals, the grader's candidate id,
+             rank, tier, tier rank and hack flag
+  grader     status (graded / invalid / timeout / exception / not graded), its output
+             text (the rubric's rationale, an agent's ranking), an agent grader's
+             transcript (tool calls, results, notes, answer)
+  advantages before (the group advantages) and after redistribution per trajectory,
+             and lambda (tiered: the capped rescale; rank mode: the passing set's
+             effective rescale, sum_P A' / sum_P w A)
+
+Bounded: texts are cut (`TEXT_LIMIT`), and when a run holds more than `max_steps` step
+files the oldest half is thinned (every other one removed), so long runs keep a dense
+recent history and a sparse old one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+import re
+
+import numpy as np
+
+TEXT_LIMIT = 4000  # characters per diff / file / observation kept in a record
+_STEP_FILE = re.compile(r"step_(\d+)(?:_p\d+)?\.json$")
+
+
+def _cut(text: str, limit: int = TEXT_LIMIT) -> str:
+  text = str(text)
+  return text if len(text) <= limit else text[:limit] + f"\n... ({len(text) - limit} more)"
+
+
+def lambdas(base, new, passed, valid, weights=None) -> np.ndarray:
+  """Per group: sum_P A' / sum_P (w A) over passing valid slots (1 where undefined)."""
+  p = np.asarray(passed) & np.asarray(valid)
+  w = np.ones_like(np.asarray(base)) if weights is None else np.asarray(weights)
+  den = np.sum(np.where(p, w * base, 0.0), axis=-1)
+  num = np.sum(np.where(p, new, 0.0), axis=-1)
+  return np.where(np.abs(den) > 1e-9, num / np.where(np.abs(den) > 1e-9, den, 1.0), 1.0)
+
+
+def group_records(groups, *, before, after, lam, grades, reports, step: int) -> list[dict]:
+  """Records of a step's kept groups (see the module docstring).
+
+  Args:
+    groups: the kept groups (lists of `rollout.Trajectory`), slot order.
+    before, after: `[N, G]` advantages before and after redistribution.
+    lam: `[N]` lambda per group.
+    grades: the step's `GradeArrays` (or None when the arm does not grade).
+    reports: `GraderLoop.reports` (group index -> status, output, cids, transcript).
+  """
+  from gagar_jax.grading import workspace
+
+  out = []
+  for i, group in enumerate(groups):
+    task = group[0].task
+    report = reports.get(i) or {}
+    cids = report.get("cids") or [None] * len(group)
+    candidates = []
+    for j, t in enumerate(group):
+      graded = grades is not None and bool(grades.graded[i, j])
+      candidates.append(
+        {
+          "slot": j,
+          "cid": cids[j] if j < len(cids) else None,
+          "passed": bool(t.passed),
+          "finish": t.finish,
+          "actions": [
+            {"action": _cut(u.action, 1000), "observation": _cut(u.observation, 1000)}
+            for u in t.turns
+          ],
+          "diff": _cut(workspace.unified_diff(task.files, t.files)),
+          "signals": dataclasses.asdict(t.signals) if t.signals is not None else {},
+          "rank": int(grades.ranks[i, j]) if graded and t.passed else None,
+          "tier": int(grades.tiers[i, j]) if graded and t.passed else None,
+          "tier_rank": int(grades.tier_ranks[i, j]) if graded and t.passed else None,
+          "hack": bool(grades.hacks[i, j]) if graded else False,
+          "before": float(before[i, j]),
+          "after": float(after[i, j]),
+        }
+      )
+    status = report.get("status") or "not graded"
+    out.append(
+      {
+        "step": int(step),
+        "group": i,
+        "task": {
+          "id": str(task.task_id),
+          "suite": str(task.suite),
+          "issue": _cut(task.issue),
+          "files": {k: _cut(v) for k, v in sorted(task.files.items())},
+        },
+        "grader": {
+          "status": status,
+          "output": _cut(report.get("output", "")),
+          "transcript": report.get("transcript", []),
+        },
+        "lambda": float(lam[i]),
+        "redistributed": bool(np.any(np.abs(np.asarray(after[i]) - before[i]) > 1e-6)),
+        "candidates": candidates,
+      }
+    )
+  return out
+
+
+def write_step(root: str, step: int, records: list[dict], *, process: int = 0, processes=1):
+  """Writes one step's records (atomically: a temporary file renamed into place)."""
+  os.makedirs(root, exist_ok=True)
+  name = f"step_{step:06d}" + (f"_p{process}" if processes > 1 else "") + ".json"
+  tmp = os.path.join(root, f".{name}.tmp")
+  with open(tmp, "w") as f:
+    json.dump({"step": step, "process": process, "groups": records}, f)
+  os.replace(tmp, os.path.join(root, name))
+
+
+def thin(root: str, max_steps: int) -> int:
+  """Keeps at most about `max_steps` step files: while there are more, every other file
+  of the oldest half is removed. Returns how many files were removed."""
+  removed = 0
+  while True:
+    files = step_files(root)
+    steps = sorted({s for s, _ in files})
+    if len(steps) <= max_steps:
+      return removed
+    old = steps[: len(steps) // 2]
+    drop = set(old[1::2]) or {old[0]}
+    for s, path in files:
+      if s in drop:
+        os.remove(path)
+        removed += 1
+
+
+def step_files(root: str) -> list[tuple[int, str]]:
+  """(step, path) of every record file under `root`, by step."""
+  out = []
+  for path in glob.glob(os.path.join(root, "step_*.json")):
+    m = _STEP_FILE.search(os.path.basename(path))
+    if m:
+      out.append((int(m[1]), path))
+  return sorted(out)
+
+
+def read(root: str, step: int | None = None) -> list[dict]:
+  """Every record under `root` (one `step`'s if given), by step and group."""
+  out = []
+  for s, path in step_files(root):
+    if step is not None and s != step:
+      continue
+    with open(path) as f:
+      out += json.load(f)["groups"]
+  return out
