@@ -314,6 +314,17 @@ def test_grader_sft_then_rl_with_the_lm_grader(warm_start):
   assert records and sum(r["train/grader_submitted"] for r in records) > 0
   assert all(r["train/grader_turns"] > 0 for r in records if r["train/grader_submitted"])
   assert json.load(open(os.path.join(workdir, "config.json")))["grader"]["backend"] == "lm"
+  # The inspector's records hold the LM grader's conversation (tool calls and results).
+  from gagar_jax import inspection
+
+  submitted = [
+    g
+    for g in inspection.read(os.path.join(workdir, "groups"))
+    if g["grader"]["status"] != "not graded"
+  ]
+  assert submitted and all(g["grader"]["transcript"] for g in submitted)
+  roles = {m["role"] for g in submitted for m in g["grader"]["transcript"]}
+  assert {"user", "assistant", "tool"} <= roles
 
 
 def test_gagar_paper_arm_runs_the_tiered_protocol(tmp_path):
