@@ -160,12 +160,15 @@ class GraderLoop:
           transcript=transcript_lines(getattr(job.error, "transcript", ())),
         )
         continue
-      report.update(output=job.result.rationale, transcript=transcript_lines(job.result.transcript))
+      report.update(  # whatever the grader returned (validated below)
+        output=str(getattr(job.result, "rationale", repr(job.result)[:200])),
+        transcript=transcript_lines(getattr(job.result, "transcript", ())),
+      )
       try:
         g = protocol.validate_grades(job.result, job.ws)
       except protocol.InvalidRanking as e:
         counts["invalid"] += 1
-        report.update(status="invalid", output=f"{e} ({job.result.rationale})")
+        report.update(status="invalid", output=f"{e} ({report['output']})")
         continue
       report["status"] = "graded"
       for cid, rank in g.ranks.items():
