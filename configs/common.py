@@ -105,6 +105,9 @@ def grader_agent() -> ml_collections.ConfigDict:
   # grader loop's fallback (equal ranks).
   c.attempts = 2
   c.retry_temperature = 0.7
+  # A final answer that is not a valid ranking is sampled again (same conversation, at
+  # retry_temperature) up to this many times before the attempt counts as invalid.
+  c.answer_samples = 4
   # If the final answer is invalid but every passing candidate got a numeric `note`, rank
   # by the notes (the model's own verdicts; counted as from_notes).
   c.rank_from_notes = True

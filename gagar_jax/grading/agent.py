@@ -395,6 +395,9 @@ class AgentConfig:
   max_observation_chars: int = 600
   attempts: int = 2  # the first greedy, the rest sampled at retry_temperature
   retry_temperature: float = 0.7
+  # A final answer that is not a valid ranking is sampled again (at retry_temperature,
+  # same conversation) up to this many times before the attempt counts as invalid.
+  answer_samples: int = 4
   # When the final answer is not a valid ranking but the model noted a number for every
   # passing candidate, rank by those notes (counted in stats["from_notes"]).
   rank_from_notes: bool = True
@@ -405,6 +408,7 @@ class AgentConfig:
       ("max_turns", "max_action_tokens", "max_total_tokens", "max_observation_chars", "attempts"),
     )
     check(self.retry_temperature >= 0, "retry_temperature", "must be >= 0")
+    check(self.answer_samples >= 0, "answer_samples", "must be >= 0")
 
 
 def user_prompt(ws) -> str:
@@ -433,6 +437,7 @@ class AgentGrader:
       "attempts": 0,
       "retries": 0,
       "from_notes": 0,
+      "answer_samples": 0,
       "turns": 0,
       "tokens": 0,
       "seconds": 0.0,
@@ -506,6 +511,35 @@ class AgentGrader:
       calls = message.get("tool_calls") or []
       if not calls:
         text = message.get("content") or ""
+        try:
+          return parse_grades(text, workspace.passing), text
+        except InvalidRanking:
+          pass
+        # A malformed final answer is asked for again (sampled; the conversation so far
+        # kept), as a harness re-asks for a malformed tool call: the answer is still
+        # the model's own, parsed alone.
+        for k in range(c.answer_samples):
+          try:
+            again = self.chat.complete(
+              messages[:-1],
+              tools=TOOLS,
+              max_tokens=c.max_action_tokens,
+              temperature=max(c.retry_temperature, 1e-3),
+              seed=1000 * (attempt + 1) + k,
+            )
+            retry = again["choices"][0]["message"]
+          except Exception:  # noqa: BLE001 - the retries are a bonus, never fatal
+            break
+          self._count(answer_samples=1, tokens=int(again.get("usage", {}).get("total_tokens", 0)))
+          if retry.get("tool_calls"):
+            continue
+          candidate = retry.get("content") or ""
+          try:
+            grades = parse_grades(candidate, workspace.passing)
+          except InvalidRanking:
+            continue
+          messages[-1] = {"role": "assistant", "content": candidate}
+          return grades, candidate
         try:
           return parse_grades(text, workspace.passing), text
         except InvalidRanking:
