@@ -324,7 +324,7 @@ def test_grader_sft_then_rl_with_the_lm_grader(warm_start):
   ]
   assert submitted and all(g["grader"]["transcript"] for g in submitted)
   roles = {m["role"] for g in submitted for m in g["grader"]["transcript"]}
-  assert {"user", "assistant", "tool"} <= roles
+  assert {"user", "assistant"} <= roles  # (this nano grader may answer without tools)
 
 
 def test_gagar_paper_arm_runs_the_tiered_protocol(tmp_path):

@@ -9,6 +9,7 @@ from gagar_jax.envs import expert as expert_lib
 from gagar_jax.envs import minirepo, transcript
 from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
 from gagar_jax.grading import agent, demos, lm_grader, protocol, rubric, workspace
+from gagar_jax.grading import loop as loop_lib
 from gagar_jax.models import tokenizers
 from gagar_jax.rollout import Trajectory
 
@@ -184,9 +185,20 @@ def test_agent_loop_tools_retry_and_fallback(ws):
   ranking = agent.AgentGrader(chat).rank(ws)
   assert ranking.ranks == {best: 0, **dict.fromkeys(others, 1)}
   assert [t for _, t, _ in chat.calls] == [0.0, 0.0, 0.0]
-  # An invalid answer, then a valid one on the sampled retry.
+  # The conversation is kept for inspection, tool calls as their action text.
+  lines = loop_lib.transcript_lines(ranking.transcript)
+  assert [m["role"] for m in lines] == ["system", "user", "assistant", "tool", "assistant",
+                                        "tool", "assistant"]  # fmt: skip
+  assert lines[2]["text"] == f"diff {best}" and lines[-1]["text"] == answer["content"]
+  # An invalid answer is sampled again on the same conversation (answer_samples)...
   chat = ScriptedChat([{"role": "assistant", "content": "rank c1"}, answer])
   grader = agent.AgentGrader(chat)
+  assert grader.rank(ws).ranks[best] == 0
+  assert chat.calls[1][1:] == (0.7, 1000) and grader.stats["answer_samples"] == 1
+  assert grader.stats["retries"] == 0
+  # ... and without that, the sampled retry of the whole attempt gives the valid one.
+  chat = ScriptedChat([{"role": "assistant", "content": "rank c1"}, answer])
+  grader = agent.AgentGrader(chat, agent.AgentConfig(answer_samples=0))
   assert grader.rank(ws).ranks[best] == 0
   assert chat.calls[1][1:] == (0.7, 1) and grader.stats["retries"] == 1
   # Failures on both attempts: endpoint error, then the turn budget -> InvalidRanking.
