@@ -42,24 +42,29 @@ class Browser:
       raise BrowserUnavailable("no chromium on PATH (Debian: apt-get install chromium)")
     self._profile = tempfile.mkdtemp(prefix="gagar-chromium-")
     self._log = open(os.path.join(self._profile, "stderr.txt"), "w")
+    import fcntl
+
     cmd_r, self._cmd_w = os.pipe()
     self._out_r, out_w = os.pipe()
+    # The child's ends above 10, clear of fds 3 and 4.
+    moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in (cmd_r, out_w)]
+    os.close(cmd_r)
+    os.close(out_w)
+    cmd_r, out_w = moved
 
-    def fds():  # the child's fd 3 reads our commands, its fd 4 writes the replies
-      import fcntl
-
-      a, b = (fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in (cmd_r, out_w))  # out of the way
-      os.dup2(a, 3)
-      os.dup2(b, 4)
-
+    args = [
+      "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe", "--no-first-run",
+      "--disable-extensions", f"--user-data-dir={self._profile}",
+      f"--window-size={self.width},{self.height}", "about:blank",
+    ]  # fmt: skip
+    # The child's fd 3 reads our commands and its fd 4 writes the replies; a shell moves
+    # the pipe ends there (bash: dash takes single-digit fds only; no preexec_fn, since
+    # forking a threaded JAX process is unsafe).
+    script = f'exec "$0" "$@" 3<&{cmd_r} 4>&{out_w} {cmd_r}<&- {out_w}>&-'
     self.proc = subprocess.Popen(
-      [
-        exe, "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe",
-        "--no-first-run", "--disable-extensions", f"--user-data-dir={self._profile}",
-        f"--window-size={self.width},{self.height}", "about:blank",
-      ],
+      ["bash", "-c", script, exe, *args],
       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._log,
-      preexec_fn=fds, close_fds=False,
+      pass_fds=(cmd_r, out_w),
     )  # fmt: skip
     os.close(cmd_r)
     os.close(out_w)
