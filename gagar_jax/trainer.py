@@ -109,6 +109,22 @@ def graded_suites(config) -> frozenset[str]:
   return frozenset(chosen)
 
 
+def host_part(rows, host, rewards, ranks, grades) -> Batch:
+  """The advantage inputs of the groups `rows` (an index array or slice) as a host
+  `Batch` (no token arrays), for advantage statistics and group records."""
+  part = Batch(
+    None, None, None, None, rewards[rows], host.passed[rows], ranks[rows], host.valid[rows]
+  )
+  if grades is None:
+    return part
+  return part._replace(
+    tiers=grades.tiers[rows],
+    tier_ranks=grades.tier_ranks[rows],
+    hacks=grades.hacks[rows],
+    graded=grades.graded[rows],
+  )
+
+
 def shaped_rewards(passed: np.ndarray, ranks: np.ndarray, coef: float) -> np.ndarray:
   """passed + coef * (1 - rank / max rank in the group) on passing trajectories."""
   top = np.max(np.where(passed, ranks, 0), axis=-1, keepdims=True)
@@ -355,16 +371,7 @@ class Trainer:
         sub = [grp for grp, n in zip(groups, names, strict=True) if n == name]
         quality.update({f"{name}/{k}": v for k, v in batch_metrics(sub).items()})
         rows = np.array([i for i, n in enumerate(names) if n == name])
-        part = Batch(
-          None, None, None, None, rewards[rows], host.passed[rows], ranks[rows], host.valid[rows]
-        )
-        if grades is not None:
-          part = part._replace(
-            tiers=grades.tiers[rows],
-            tier_ranks=grades.tier_ranks[rows],
-            hacks=grades.hacks[rows],
-            graded=grades.graded[rows],
-          )
+        part = host_part(rows, host, rewards, ranks, grades)
         _, adv = step_lib.compute_advantages(part, self.learner_cfg.advantage)
         quality.update({f"{name}/{k}": float(v) for k, v in adv.items()})
     metrics = {**ro, **m, **grade_metrics, **times, **quality, "skipped": 0.0}
@@ -376,15 +383,7 @@ class Trainer:
     from gagar_jax import advantages as adv_lib
     from gagar_jax import inspection
 
-    k = len(groups)
-    part = Batch(None, None, None, None, rewards[:k], host.passed[:k], ranks[:k], host.valid[:k])
-    if grades is not None:
-      part = part._replace(
-        tiers=grades.tiers[:k],
-        tier_ranks=grades.tier_ranks[:k],
-        hacks=grades.hacks[:k],
-        graded=grades.graded[:k],
-      )
+    part = host_part(slice(0, len(groups)), host, rewards, ranks, grades)
     cfg = self.learner_cfg.advantage
     after, _ = step_lib.compute_advantages(part, cfg)
     part = part.with_grade_defaults()
