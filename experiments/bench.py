@@ -66,6 +66,9 @@ _JSON = flags.DEFINE_string("json", "", "grpo_matched: write its summary (step_s
 _MATCHED_STEPS = flags.DEFINE_integer(
   "matched_steps", grpo_matched_task.STEPS, "grpo_matched: steps (the first 5 not counted)."
 )
+_SPLIT_STEP = flags.DEFINE_enum(
+  "split_step", "auto", ["auto", "on", "off"], "learner: `learner.split_step` (fwd / bwd jits)."
+)
 _RL_STEPS = flags.DEFINE_integer("rl_steps", 6, "rl_step: RL steps (the first not counted).")
 _RL_ARM = flags.DEFINE_string("rl_arm", "gagar", "rl_step: the arm (gagar, grpo, ...).")
 _RL_GRADER = flags.DEFINE_string("rl_grader", "rubric", "rl_step: the grader (rubric, lm, ...).")
@@ -162,7 +165,7 @@ def _bench_learner_size(size, mesh, rows, repeats, rng, peak):
   config = transformer.ModelConfig.from_dict(
     {**model_sizes.get_config(size), "dtype": _DTYPE.value}
   )
-  learner = Learner(LearnerConfig(), config, mesh)
+  learner = Learner(LearnerConfig(split_step=_SPLIT_STEP.value), config, mesh)
   tokens = rng.integers(0, config.vocab_size, (n, g, t)).astype(np.int32)
   mask = np.zeros((n, g, t), bool)
   mask[..., t // 4 :] = True

@@ -123,9 +123,18 @@ class LearnerConfig:
   advantage: AdvantageConfig = dataclasses.field(default_factory=AdvantageConfig)
   # Micro-batches per step (gradient accumulation); must divide the number of groups.
   micro_batches: int = 1
+  # Run the update as two jitted programs (forward + residuals, then backward +
+  # optimizer): "auto" does so on CPU with one micro-batch, where it is 1.5x faster.
+  split_step: str = "auto"
 
   def __post_init__(self):
     check(self.micro_batches >= 1, "micro_batches", f"must be >= 1, got {self.micro_batches}")
+    one_of(self.split_step, ("auto", "on", "off"), "split_step")
+    check(
+      not (self.split_step == "on" and self.micro_batches > 1),
+      "split_step",
+      "'on' needs micro_batches == 1 (the micro-batch scan runs fused)",
+    )
 
   @classmethod
   def from_dict(cls, d, prefix: str = "learner") -> LearnerConfig:

@@ -188,6 +188,43 @@ def _micro_split(x, m: int):
   return jnp.moveaxis(x.reshape((x.shape[0] // m, m) + x.shape[1:]), 1, 0)
 
 
+class TrainStep:
+  """The learner's update: `step(state, batch) -> (state, metrics)`; `state` is donated.
+
+  `split=True` runs it as two jitted programs: the forward pass with its residuals
+  (`jax.vjp`), then the backward pass and the optimizer update. On XLA:CPU this is
+  1.5-1.8x faster than the one fused program (whose forward matmuls and elementwise
+  ops run several times slower than the same ops in a forward-only program), at the
+  price of one extra dispatch. Both give the same update. `lower` always lowers the
+  fused program (the planner reads its memory analysis).
+  """
+
+  def __init__(self, fused, forward=None, backward=None):
+    self.fused, self._forward, self._backward = fused, forward, backward
+    self.split = forward is not None
+
+  def __call__(self, state: TrainState, batch: Batch):
+    if not self.split:
+      return self.fused(state, batch)
+    residuals = self._forward(state.params, batch)
+    return self._backward(state, residuals)
+
+  def lower(self, state, batch):
+    return self.fused.lower(state, batch)
+
+  def _cache_size(self) -> int:
+    if not self.split:
+      return self.fused._cache_size()
+    return max(self._forward._cache_size(), self._backward._cache_size())
+
+
+def resolve_split(split: str, micro_batches: int) -> bool:
+  """`learner.split_step`: "auto" splits on CPU backends with one micro-batch."""
+  if split == "auto":
+    return jax.default_backend() == "cpu" and micro_batches == 1
+  return split == "on"
+
+
 def make_train_step(
   config: LearnerConfig,
   graphdef,
@@ -195,8 +232,8 @@ def make_train_step(
   state_shardings: TrainState,
   mesh,
   rules=None,
-):
-  """Returns the jitted `step(state, batch) -> (state, metrics)`; `state` is donated."""
+) -> TrainStep:
+  """Returns the jitted `TrainStep`; `state` is donated."""
   loss_cfg = config.loss
   schedule = make_schedule(config.optim)
   m = config.micro_batches
@@ -233,28 +270,15 @@ def make_train_step(
 
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
-  def step(state: TrainState, batch: Batch):
+  def inputs(batch: Batch):
     advantages, adv_metrics = compute_advantages(batch, config.advantage)
     tokens, mask = _flatten(batch.tokens), _flatten(batch.mask)
     old, ref = _flatten(batch.old_logprobs), _flatten(batch.ref_logprobs)
-    adv = _flatten(advantages)
     # Batch-wide denominators make the sum of micro-batch losses equal the full loss.
     denom = losses.denominators(mask)
-    if m == 1:
-      (loss, metrics), grads = grad_fn(state.params, tokens, mask, old, ref, adv, denom)
-    else:
-      parts = [_micro_split(x, m) for x in (tokens, mask, old, ref, adv)]
+    return (tokens, mask, old, ref, _flatten(advantages)), denom, adv_metrics
 
-      def run(part):
-        (loss, metrics), grads = grad_fn(state.params, *part, denom)
-        return loss, metrics, grads
-
-      def accumulate(carry, part):
-        return jax.tree.map(jnp.add, carry, run(part)), None
-
-      shapes = jax.eval_shape(run, [p[0] for p in parts])
-      zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-      (loss, metrics, grads), _ = jax.lax.scan(accumulate, zeros, parts)
+  def update(state: TrainState, loss, metrics, grads, adv_metrics, has_tokens):
     grad_norm = optax.tree.norm(grads)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
@@ -262,7 +286,6 @@ def make_train_step(
     # A non-finite step changes nothing; the host raises on `finite == 0`. Nor does a
     # batch without policy tokens (all padding): AdamW's momentum would still move
     # the parameters on zero gradients.
-    has_tokens = jnp.any(mask)
     apply = finite & has_tokens
     keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(apply, a, b), new, old)
     rng = jax.random.key_data(jax.random.split(jax.random.wrap_key_data(state.rng))[0])
@@ -278,19 +301,54 @@ def make_train_step(
       loss=loss,
       grad_norm=grad_norm,
       learning_rate=schedule(state.step),
-      tokens=jnp.sum(mask).astype(jnp.float32),
       finite=finite.astype(jnp.float32),
       updated=apply.astype(jnp.float32),
     )
     return new_state, metrics
 
+  def step(state: TrainState, batch: Batch):
+    arrays, denom, adv_metrics = inputs(batch)
+    if m == 1:
+      (loss, metrics), grads = grad_fn(state.params, *arrays, denom)
+    else:
+      parts = [_micro_split(x, m) for x in arrays]
+
+      def run(part):
+        (loss, metrics), grads = grad_fn(state.params, *part, denom)
+        return loss, metrics, grads
+
+      def accumulate(carry, part):
+        return jax.tree.map(jnp.add, carry, run(part)), None
+
+      shapes = jax.eval_shape(run, [p[0] for p in parts])
+      zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+      (loss, metrics, grads), _ = jax.lax.scan(accumulate, zeros, parts)
+    metrics = dict(metrics, tokens=jnp.sum(arrays[1]).astype(jnp.float32))
+    return update(state, loss, metrics, grads, adv_metrics, jnp.any(arrays[1]))
+
+  def forward(params, batch: Batch):
+    arrays, denom, adv_metrics = inputs(batch)
+    loss, vjp_fn, metrics = jax.vjp(lambda p: loss_fn(p, *arrays, denom), params, has_aux=True)
+    metrics = dict(metrics, tokens=jnp.sum(arrays[1]).astype(jnp.float32))
+    return loss, metrics, vjp_fn, adv_metrics, jnp.any(arrays[1])
+
+  def backward(state: TrainState, residuals):
+    loss, metrics, vjp_fn, adv_metrics, has_tokens = residuals
+    (grads,) = vjp_fn(jnp.ones_like(loss))
+    return update(state, loss, metrics, grads, adv_metrics, has_tokens)
+
   batch_sh = batch_shardings(mesh, rules)
-  return jax.jit(
+  fused = jax.jit(
     step,
     in_shardings=(state_shardings, batch_sh),
     out_shardings=(state_shardings, None),
     donate_argnums=(0,),
   )
+  if not resolve_split(config.split_step, m):
+    return TrainStep(fused)
+  forward_jit = jax.jit(forward, in_shardings=(state_shardings.params, batch_sh))
+  backward_jit = jax.jit(backward, out_shardings=(state_shardings, None), donate_argnums=(0,))
+  return TrainStep(fused, forward_jit, backward_jit)
 
 
 def batch_shardings(mesh, rules=None) -> Batch:
