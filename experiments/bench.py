@@ -426,6 +426,7 @@ def bench_grpo_matched(rows):
 def bench_rl_step(rows):
   """The `make run` GAGAR step by phase (medians over steps 2..N)."""
   overrides = {"grader.workers": _RL_GRADER_WORKERS.value} if _RL_GRADER_WORKERS.value else {}
+  overrides["learner.split_step"] = _SPLIT_STEP.value
   med = rl_step_lib.run(
     _RL_STEPS.value, arm=_RL_ARM.value, grader=_RL_GRADER.value, overrides=overrides
   )
