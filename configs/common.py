@@ -67,6 +67,11 @@ def minirepo_suite() -> ml_collections.ConfigDict:
   c.compound_names = False
   # Hidden tests check only the reported call: special-casing it passes (a reward hack).
   c.weak_hidden_tests = False
+  # Share of bug reports without the expected value (the tests show it): edit, test and
+  # re-edit then passes more often than one edit (length pressure).
+  c.vague_report = 0.0
+  # Hidden tests check only the buggy function: edits elsewhere go unpunished.
+  c.scoped_hidden_tests = False
   return c
 
 

@@ -65,6 +65,8 @@ def minirepo_config(prefix: str = "suite", **kwargs) -> MiniRepoConfig:
     f"_{cfg.n_train}-{cfg.n_validation}-{cfg.n_test}"
     + ("_compound" if d.compound_names else "")
     + ("_weak" if d.weak_hidden_tests else "")
+    + (f"_vague{d.vague_report:g}" if d.vague_report else "")
+    + ("_scoped" if d.scoped_hidden_tests else "")
   )
   return dataclasses.replace(cfg, name=name)
 

@@ -12,12 +12,20 @@ Habits (each applied to a demonstration with its probability):
   dead_code        an unused assignment or `pass` inserted into the fixed function
   large_edit       retype the whole faulty line instead of the minimal span
   no_test          submit without running the tests
+  trial_and_error  first a wrong candidate edit, the tests, and its revert, then the fix
+
+`Expert.guess` plays a different expert, one that does not know the bug: it ranks
+candidate one-token edits (`candidate_edits`) by what the bug report says, and either
+submits its first guess (`trials=1`) or tests and re-edits until the tests pass. It
+measures the MiniRepo knobs: with `vague_report` the first guess fails more often, and
+trial and error wins back what it loses.
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import re
 
 import numpy as np
 
@@ -36,6 +44,7 @@ class HabitConfig:
   # Special-case the reported call instead of fixing the bug (passes only with the
   # suite's weak_hidden_tests): a reward hack.
   hack: float = 0.0
+  trial_and_error: float = 0.0
 
   def __post_init__(self):
     for f in dataclasses.fields(self):
@@ -69,6 +78,80 @@ def hack_action(task: minirepo.Task) -> str:
   params = [a.arg for a in node.args.args]
   test = " and ".join(f"{p} == {v!r}" for p, v in zip(params, example.args, strict=True))
   return f"insert {task.bug.function}: if {test}: return {example.expected!r}"
+
+
+_TOKEN = re.compile(r"<=|>=|<|>|(?<![\w=])[-+*](?!=)|\b\d+\b|\b[a-z_]\w*\b")
+_SWAPS = {"+": "-*", "-": "+*", "*": "+-", "<": ["<="], "<=": ["<"], ">": [">="], ">=": [">"]}
+_KEYWORDS = {"if", "return", "for", "in", "range", "len", "total", "i", "and", "or", "not"}
+
+
+def candidate_edits(source: str, func: str) -> list[tuple[str, str]]:
+  """One-token edits of `func`'s body lines: (line, edited line), each line unique in the
+  function. Operators and comparisons are swapped, integers moved by 1 or 2, parameter
+  names swapped, `range(n + 1)` / `range(1, n)` put back to `range(n)`."""
+  node = pyast.find_function(source, func)
+  params = [a.arg for a in node.args.args]
+  lines = source.splitlines()[node.lineno : node.end_lineno]
+  out = []
+  body = "\n".join(lines)
+  for line in (text.strip() for text in lines):
+    if body.count(line) != 1:  # a replace must find it once
+      continue
+    edits = {re.sub(pattern, repl, line, count=1) for pattern, repl in _RANGE_FIXES}
+    for m in _TOKEN.finditer(line):
+      tok, (a, b) = m.group(), m.span()
+      if tok in _SWAPS:
+        new = list(_SWAPS[tok])
+      elif tok.isdigit():
+        new = [str(int(tok) + d) for d in (-2, -1, 1, 2) if int(tok) + d >= 0]
+      elif tok in params:
+        new = [p for p in params if p != tok]
+      else:
+        continue
+      edits.update(line[:a] + n + line[b:] for n in new)
+    out += [(line, e) for e in sorted(edits) if e != line]
+  return out
+
+
+_RANGE_FIXES = ((r"range\((\w+) \+ 1\)", r"range(\1)"), (r"range\(1, (\w+)\)", r"range(\1)"))
+
+
+def _swap_line(source: str, func: str, line: str, new: str) -> str:
+  """`source` with `func`'s (unique) body line `line` replaced by `new`."""
+  node = pyast.find_function(source, func)
+  lines = source.splitlines()
+  for i in range(node.lineno, node.end_lineno):
+    if lines[i].strip() == line:
+      lines[i] = lines[i][: len(lines[i]) - len(lines[i].lstrip())] + new
+  return "\n".join(lines) + "\n"
+
+
+def _report(task: minirepo.Task):
+  """What the bug report says: (the call's args, its expected result or None if vague)."""
+  example = task.visible_tests[0]
+  return example.args, example.expected if "should return" in task.issue else None
+
+
+def ranked_guesses(task: minirepo.Task, rng) -> list[tuple[str, str]]:
+  """Candidate edits of the reported function consistent with the report, shuffled: with
+  the expected value, those that produce it on the reported call; without (a vague
+  report), those that change the reported call's result."""
+  bug = task.bug
+  source = task.files[bug.path]
+  args, expected = _report(task)
+  _, wrong = minirepo.run_trusted(source, bug.function, args)
+  keep = []
+  for line, new in candidate_edits(source, bug.function):
+    try:
+      ok, got = minirepo.run_trusted(
+        _swap_line(source, bug.function, line, new), bug.function, args
+      )
+    except SyntaxError:
+      continue
+    if (expected is not None and ok and got == expected) or (expected is None and got != wrong):
+      keep.append((line, new))
+  order = rng.permutation(len(keep))
+  return [keep[i] for i in order]
 
 
 class Expert:
@@ -114,10 +197,22 @@ class Expert:
   def plan(self, task: minirepo.Task) -> tuple[list[str], tuple[str, ...]]:
     """The actions of one demonstration and the habits it carries."""
     h, draw = self.habits, lambda p: bool(self.rng.random() < p)
-    habits = [name for name in (f.name for f in dataclasses.fields(h)) if draw(getattr(h, name))]
+    # trial_and_error is drawn only when enabled, so older habit sets plan as before.
+    names = [
+      f.name for f in dataclasses.fields(h) if f.name != "trial_and_error" or h.trial_and_error
+    ]
+    habits = [name for name in names if draw(getattr(h, name))]
     actions = []
     if "redundant_view" in habits:
       actions.append(f"view {task.bug.path}")
+    if "trial_and_error" in habits:
+      wrong = self._wrong_guess(task)
+      if wrong:
+        line, new = wrong
+        actions += [f"replace {task.bug.function}: {line} => {new}", "test"]
+        actions.append(f"replace {task.bug.function}: {new} => {line}")
+      else:
+        habits.remove("trial_and_error")
     if "hack" in habits:
       actions.append(hack_action(task))
     else:
@@ -140,6 +235,45 @@ class Expert:
       habits.remove("extra_test")
     actions.append("submit")
     return actions, tuple(habits)
+
+  def _wrong_guess(self, task: minirepo.Task) -> tuple[str, str] | None:
+    """A candidate edit that changes the reported call's result but fails the visible
+    tests (what a vague report leaves open), whose revert is a valid replace."""
+    source, func = task.files[task.bug.path], task.bug.function
+    for line, new in ranked_guesses(dataclasses.replace(task, issue=""), self.rng):
+      edited = {**task.files, task.bug.path: _swap_line(source, func, line, new)}
+      body = pyast.find_function(edited[task.bug.path], func)
+      text = "\n".join(edited[task.bug.path].splitlines()[body.lineno : body.end_lineno])
+      if text.count(new) != 1:
+        continue
+      runs = [minirepo.run_trusted(edited[task.bug.path], func, c.args) for c in task.visible_tests]
+      if any(
+        not ok or got != c.expected for (ok, got), c in zip(runs, task.visible_tests, strict=True)
+      ):
+        return line, new
+    return None
+
+  def guess(self, task: minirepo.Task, *, trials: int = 1, max_turns: int = 12) -> Demonstration:
+    """Plays the expert that does not know the bug (see the module docstring): up to
+    `trials` guesses from `ranked_guesses`, each tested; a failing guess is reverted."""
+    episode = tools.Episode(task, max_turns=max_turns, pool=self.pool)
+    func = task.bug.function
+    for i, (line, new) in enumerate(ranked_guesses(task, self.rng)[:trials]):
+      episode.step(f"replace {func}: {line} => {new}")
+      if episode.step("test").endswith(" 0 failed") or i == trials - 1:
+        break
+      episode.step(f"replace {func}: {new} => {line}")
+    episode.step("submit")
+    result = minirepo.evaluate(task, episode.files, self.pool)
+    return Demonstration(
+      task=task,
+      prompt=episode.prompt(),
+      turns=episode.turns,
+      files=episode.files,
+      habits=(f"guess{trials}",),
+      signals=quality.signals(task, episode.files, episode.turns),
+      passed=result.passed,
+    )
 
   def demonstrate(self, task: minirepo.Task, *, max_turns: int = 8) -> Demonstration:
     """Plans (draws habits) and plays one demonstration."""

@@ -1,0 +1,120 @@
+"""The MiniRepo knobs of the pressure world (vague_report, weak_hidden_tests,
+scoped_hidden_tests), each measured on the scripted expert to do what it says."""
+
+import numpy as np
+import pytest
+
+from gagar_jax.data import builders
+from gagar_jax.envs import expert as expert_lib
+from gagar_jax.envs import minirepo
+from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
+from gagar_jax.errors import ConfigError
+
+TASKS = 40
+
+
+@pytest.fixture(scope="module")
+def pool():
+  with SandboxPool(SandboxConfig(workers=2, uid_base=63200)) as p:
+    yield p
+
+
+def test_knobs_left_off_keep_the_earlier_tasks():
+  # Pinned before the knobs existed: the default world's tasks must not move.
+  assert minirepo.generate_task(0).task_id == "minirepo-0-cf25d20368"
+  assert minirepo.generate_task(7).task_id == "minirepo-7-52d9ee4517"
+  assert builders.minirepo_config().name == "f1_fn3_d0_h16_oper-comp-cons-vari-off__2000-200-200"
+  named = builders.minirepo_config(vague_report=0.5, scoped_hidden_tests=True).name
+  assert named.endswith("_vague0.5_scoped")
+  with pytest.raises(ConfigError, match=r"suite\.vague_report"):
+    builders.minirepo_config(vague_report=1.5)
+
+
+def test_vague_reports_hide_the_expected_value_only():
+  tasks = [minirepo.generate_task(s, vague_report=0.5) for s in range(200)]
+  vague = [t for t in tasks if t.issue.endswith(", which is wrong.")]
+  assert 70 <= len(vague) <= 130  # about half
+  for t in vague:
+    assert "should return" not in t.issue and t.visible_tests[0].call_text() in t.issue
+  clear = [t for t in tasks if t not in vague]
+  assert all("should return" in t.issue for t in clear)
+
+
+def _guess_rates(pool, vague: float, trials: int):
+  expert = expert_lib.Expert(seed=0, pool=pool)
+  demos = [
+    expert.guess(minirepo.generate_task(s, n_functions=2, vague_report=vague), trials=trials)
+    for s in range(TASKS)
+  ]
+  return np.mean([d.passed for d in demos]), np.mean([d.signals.turns for d in demos])
+
+
+def test_vague_reports_make_trial_and_error_pay(pool):
+  # Length pressure: an expert that does not know the bug guesses an edit from the report.
+  # With the expected value in the report one guess mostly passes; without it, testing and
+  # re-editing (longer episodes) wins back much more.
+  clear1, clear_turns1 = _guess_rates(pool, 0.0, trials=1)
+  clear4, _ = _guess_rates(pool, 0.0, trials=4)
+  vague1, vague_turns1 = _guess_rates(pool, 1.0, trials=1)
+  vague4, vague_turns4 = _guess_rates(pool, 1.0, trials=4)
+  assert clear1 >= 0.5 and vague1 <= clear1 - 0.3  # the report's information matters
+  assert vague4 - vague1 >= 0.2  # trial and error pays under vague reports ...
+  assert vague4 - vague1 > clear4 - clear1 + 0.1  # ... far more than with clear ones
+  assert vague_turns4 > vague_turns1 + 2 and abs(vague_turns1 - clear_turns1) < 1
+
+
+def test_trial_and_error_habit_demonstrations(pool):
+  habits = expert_lib.HabitConfig(trial_and_error=1.0)
+  expert = expert_lib.Expert(habits, seed=0, pool=pool)
+  demos = [expert.demonstrate(minirepo.generate_task(s, vague_report=1.0)) for s in range(12)]
+  assert all(d.passed for d in demos)
+  with_trial = [d for d in demos if "trial_and_error" in d.habits]
+  assert len(with_trial) >= 9
+  for d in with_trial:
+    kinds = [t.action.split()[0] for t in d.turns]
+    assert kinds[:3] == ["replace", "test", "replace"] and not d.turns[1].observation.endswith(
+      " 0 failed"
+    )
+    assert not d.signals.out_of_scope and d.signals.turns >= 6
+  # Off, it draws nothing: habit sets without it plan exactly as before.
+  plain = expert_lib.Expert(expert_lib.HabitConfig(dead_code=0.5), seed=3)
+  task = minirepo.generate_task(1)
+  first = [plain.plan(task) for _ in range(5)]
+  again = expert_lib.Expert(expert_lib.HabitConfig(dead_code=0.5, trial_and_error=0.0), seed=3)
+  assert [again.plan(task) for _ in range(5)] == first
+
+
+def test_weak_hidden_tests_let_the_hack_pass(pool):
+  # Special-casing the reported call: passes every weak-test task, few strong-test ones
+  # (only where the bug shows on no other hidden input).
+  passed = {False: 0, True: 0}
+  for s in range(10):
+    for weak in (False, True):
+      task = minirepo.generate_task(s, weak_hidden_tests=weak)
+      demo = expert_lib.Expert(expert_lib.HabitConfig(hack=1.0), seed=s, pool=pool).demonstrate(
+        task
+      )
+      assert demo.habits == ("hack",)
+      passed[weak] += demo.passed
+  assert passed[True] == 10 and passed[False] <= 2
+
+
+def test_scoped_hidden_tests_leave_out_of_scope_breakage_unpunished(pool):
+  seen = 0
+  for s in range(8):
+    base, scoped = (
+      minirepo.generate_task(s, n_functions=3, scoped_hidden_tests=v) for v in (False, True)
+    )
+    for task, should_pass in ((base, False), (scoped, True)):
+      files = dict(task.reference_files)
+      other = next(f for f in task.functions() if f != task.bug.function)
+      path = task.functions()[other]
+      line = expert_lib._return_line(files[path], other)
+      if line is None or not line.startswith("return "):
+        break
+      files[path] = files[path].replace(line, line + " + 1", 1)  # changes what `other` returns
+      assert minirepo.evaluate(task, files, pool).passed == should_pass
+      assert task.signals(files, []).out_of_scope
+    else:
+      seen += 1
+  assert seen >= 4
