@@ -84,6 +84,27 @@ def humaneval_suite() -> ml_collections.ConfigDict:
   return c
 
 
+WORLDS = ("default", "pressure")
+
+
+def apply_world(c: ml_collections.ConfigDict, world: str) -> None:
+  """The MiniRepo world of an experiment (`world=` of configs/gagar.py and configs/sft.py).
+
+  default: today's suite. pressure: the pressures the paper's claims are about. Half the
+  bug reports are vague (edit, test, re-edit passes more often: length pressure), hidden
+  tests check only the reported call (special-casing it passes: reward hacks) and only the
+  buggy function (edits elsewhere go unpunished). Episodes get room for trial and error
+  (8 turns, 512 tokens). tests/test_world_knobs.py measures each knob on the expert.
+  """
+  if world not in WORLDS:
+    raise ValueError(f"world={world!r}: must be one of {WORLDS}")
+  if world == "default":
+    return
+  m = c.suite.minirepo
+  m.vague_report, m.weak_hidden_tests, m.scoped_hidden_tests = 0.5, True, True
+  c.rollout.max_turns, c.rollout.max_episode_tokens = 8, 512
+
+
 def suite_config(name: str = "minirepo") -> ml_collections.ConfigDict:
   """The task suites an experiment draws from (gagar_jax/suites.py)."""
   c = ml_collections.ConfigDict()

@@ -6,6 +6,7 @@
     python experiments/train.py --config=configs/gagar.py:arm=gagar_no_rescale,seed=1 \\
         --workdir=runs/no_rescale_s1
     python experiments/train.py --config=configs/gagar.py:grader=lm --workdir=runs/gagar_lm
+    python experiments/train.py --config=configs/gagar.py:world=pressure --workdir=runs/pressure
     python experiments/train.py --config=configs/gagar.py:suite=minirepo:0.8+humaneval:0.2 \\
         --workdir=runs/mixed
     python experiments/train.py --config=configs/gagar.py:arm=reward_shaping \\
@@ -41,6 +42,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     demo=False,
     grader="rubric",
     suite="minirepo",
+    world="default",
   )
   # The model preset: tiny (the committed warm start), nano under runlocal unless given.
   size = args.size or ("nano" if args.runlocal else "tiny")
@@ -103,6 +105,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # The learner (gagar_jax/learner/config.py).
   c.learner = ml_collections.ConfigDict()
   c.learner.micro_batches = 1
+  # Run the update as two jits (forward, then backward + optimizer): auto = on CPU.
+  c.learner.split_step = "auto"
   c.learner.optim = ml_collections.ConfigDict()
   c.learner.optim.learning_rate = 2e-4
   c.learner.optim.schedule = "constant"
@@ -190,6 +194,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.checkpoint_every = 10
   c.sandbox_workers = 2
 
+  # The MiniRepo world (configs/common.py apply_world): default, or pressure (vague reports,
+  # weak and scoped hidden tests; the warm start SFT-trained there, assets/pre_rl_pressure).
+  c.world = args.world
+  common.apply_world(c, args.world)
+  if args.world == "pressure":
+    c.init_from = "assets/pre_rl_pressure"
   if size.startswith("qwen"):  # a pod-scale step (see experiments/plan.py, docs/scaling.md)
     c.init_from = ""  # set --config.init_from to the Hugging Face folder of that size
     c.num_groups = 64

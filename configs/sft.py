@@ -5,6 +5,9 @@
         --workdir=runs/sft_small
     python experiments/sft.py --config=configs/sft.py --config.init_from=/path/to/hf_folder \\
         --workdir=runs/sft_qwen --export=runs/sft_qwen/policy
+    # the pressure world's warm start (assets/pre_rl_pressure):
+    python experiments/sft.py --config=configs/sft.py:world=pressure --workdir=runs/sft_pressure \
+        --export=assets/pre_rl_pressure
     # the calibration run quoted in results/calibration.md:
     python experiments/sft.py --config=configs/sft.py --config.time_budget_minutes=20 \\
         --workdir=runs/calibration
@@ -18,7 +21,7 @@ from configs import common, model_sizes
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = common.parse_arg(arg, size="tiny", runlocal=False, suite="minirepo")
+  args = common.parse_arg(arg, size="tiny", runlocal=False, suite="minirepo", world="default")
   c = ml_collections.ConfigDict()
   # Seed for parameter init, data order and sampling.
   c.seed = 0
@@ -54,6 +57,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.habits.dead_code = 0.3
   c.habits.large_edit = 0.15
   c.habits.no_test = 0.2
+  c.habits.hack = 0.0
+  c.habits.trial_and_error = 0.0
 
   c.sft = ml_collections.ConfigDict()
   # Sequences per step and their padded length (longer demonstrations are dropped).
@@ -96,6 +101,16 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # Sandbox pool for tests and evaluation.
   c.sandbox_workers = 2
 
+  # The MiniRepo world (configs/common.py apply_world). pressure: the warm start
+  # assets/pre_rl_pressure, assets/pre_rl fine-tuned on that world's demonstrations with
+  # trial and error and hacks among the habits (remade by `make sft-pressure`).
+  c.world = args.world
+  common.apply_world(c, args.world)
+  if args.world == "pressure":
+    c.init_from = "assets/pre_rl"
+    c.habits.trial_and_error, c.habits.hack = 0.3, 0.1
+    c.sft.seq_len = 448
+    c.sft.steps, c.sft.learning_rate, c.sft.warmup_steps = 600, 5e-4, 20
   if args.runlocal:  # tests: seconds, not minutes
     c.suite.minirepo.n_train, c.suite.minirepo.n_validation, c.suite.minirepo.n_test = 48, 8, 8
     c.model_preset, c.model = "nano", model_sizes.get_config("nano")

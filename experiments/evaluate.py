@@ -4,6 +4,10 @@
     python experiments/evaluate.py --policy=assets/pre_rl --suite=humaneval --samples=8
     python experiments/evaluate.py --policy=/path/to/hf_folder --suite=humaneval \\
         --samples=4 --max_episode_tokens=4096 --max_action_tokens=512 --out=runs/eval_qwen
+    # the pressure world, on MiniRepo tasks of a seed range no split uses (out of
+    # distribution: train 0.., validation 1e6.., test 2e6..):
+    python experiments/evaluate.py --policy=runs/x/policy --world=pressure \\
+        --seeds=3000000:3000256 --samples=8
 
 `--policy` is a policy folder or a Hugging Face folder. Every task of the split (or the
 first `--tasks`) is attempted `--samples` times at `--temperature`; pass@k for every k in
@@ -11,7 +15,9 @@ first `--tasks`) is attempted `--samples` times at `--temperature`; pass@k for e
 standard error across tasks. Quality signals of passing samples are reported where the
 suite has them (MiniRepo), "n/a" where it has none (HumanEval). An episode whose prompt
 does not fit `--max_episode_tokens` (default: the model's max_seq_len) fails and is
-counted in `prompt_too_long`. Writes `eval.json` and `eval.md` to `--out`.
+counted in `prompt_too_long`. Writes `eval.json` and `eval.md` to `--out`; `eval.json`'s
+`per_task` holds each task's pass count and, among its passing samples, the habit counts
+(for paired comparisons and bootstraps over tasks).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import sys
 import time
 
 import jax
+import ml_collections
 import numpy as np
 from absl import app, flags, logging
 
@@ -37,7 +44,7 @@ _SAMPLES = flags.DEFINE_integer("samples", 8, "Samples per task (pass@k for k <=
 _TASKS = flags.DEFINE_integer("tasks", 0, "Evaluate the first N tasks of the split (0: all).")
 _BATCH = flags.DEFINE_integer("batch_tasks", 8, "Tasks per rollout batch.")
 _TEMPERATURE = flags.DEFINE_float("temperature", 1.0, "Sampling temperature.")
-_MAX_TURNS = flags.DEFINE_integer("max_turns", 6, "Actions per episode.")
+_MAX_TURNS = flags.DEFINE_integer("max_turns", 0, "Actions per episode (0: the world's, 6 / 8).")
 _MAX_ACTION = flags.DEFINE_integer("max_action_tokens", 40, "Tokens per action.")
 _MAX_OBS = flags.DEFINE_integer("max_obs_tokens", 64, "Observation tokens kept.")
 _MAX_EPISODE = flags.DEFINE_integer(
@@ -49,6 +56,10 @@ _DATA_DIR = flags.DEFINE_string("data_dir", "data/tfds", "Where the TFDS suites 
 _OUT = flags.DEFINE_string("out", "", "Output folder (default runs/eval/<policy>_<suite>_<split>).")
 _SEED = flags.DEFINE_integer("seed", 0, "Sampling seed.")
 _WORKERS = flags.DEFINE_integer("sandbox_workers", 2, "Sandbox processes.")
+_WORLD = flags.DEFINE_enum("world", "default", common.WORLDS, "MiniRepo world (configs/common.py).")
+_SEEDS = flags.DEFINE_string(
+  "seeds", "", "MiniRepo: START:END, tasks generated from these seeds instead of --split."
+)
 flags.mark_flag_as_required("policy")
 
 
@@ -80,9 +91,7 @@ def summarize(groups, samples: int) -> dict:
   out["turns"] = float(np.mean([len(t.turns) for t in flat]))
   out["prompt_too_long"] = float(np.mean([t.finish == "prompt" for t in flat]))
   out["quality"] = evaluation.quality_metrics(flat) or None  # None: not applicable
-  out["per_task"] = [
-    {"task_id": g[0].task.task_id, "passed": int(c)} for g, c in zip(groups, n_pass, strict=True)
-  ]
+  out["per_task"] = [evaluation.task_record(g) for g in groups]
   return out
 
 
@@ -119,6 +128,29 @@ def markdown(result: dict) -> str:
   return "\n".join(lines) + "\n"
 
 
+def seed_range_tasks(section) -> list:
+  """MiniRepo tasks of `--seeds=START:END` with the suite's knobs (no TFDS split)."""
+  from gagar_jax.data import builders
+  from gagar_jax.envs import minirepo
+
+  if _SUITE.value != "minirepo":
+    raise ConfigError("seeds", "only MiniRepo tasks are generated from seeds")
+  try:
+    start, end = (int(x) for x in _SEEDS.value.split(":"))
+  except ValueError:
+    raise ConfigError("seeds", f"expected START:END, got {_SEEDS.value!r}") from None
+  if not 0 <= start < end:
+    raise ConfigError("seeds", f"need 0 <= START < END, got {_SEEDS.value!r}")
+  sizes = builders.suite_from_config(section.minirepo).sizes()
+  for split, n in sizes.items():
+    lo = builders.SPLIT_SEED_BASE[split]
+    hi = lo + n
+    if start < hi and lo < end:
+      raise ConfigError("seeds", f"{_SEEDS.value} overlaps the {split} split's seeds {lo}:{hi}")
+  difficulty = builders.suite_from_config(section.minirepo).difficulty
+  return [minirepo.generate_task(s, **difficulty) for s in range(start, end)]
+
+
 def run() -> dict:
   suites.get(_SUITE.value, "suite")
   suites.check_split(_SPLIT.value, "split")
@@ -128,9 +160,15 @@ def run() -> dict:
     raise ConfigError("tasks" if _TASKS.value < 0 else "batch_tasks", "must be positive")
   policy = policy_io.open_policy(_POLICY.value, chat_template_spec=_TEMPLATE.value)
   max_episode = _MAX_EPISODE.value or policy.model_config.max_seq_len
+  world = ml_collections.ConfigDict(
+    {"suite": common.suite_config(_SUITE.value), "rollout": {"max_turns": 6}}
+  )
+  world.rollout.max_episode_tokens = max_episode
+  common.apply_world(world, _WORLD.value)
+  max_episode = _MAX_EPISODE.value or min(max_episode, world.rollout.max_episode_tokens)
   cfg = rollout.RolloutConfig(
     group_size=_SAMPLES.value,
-    max_turns=_MAX_TURNS.value,
+    max_turns=_MAX_TURNS.value or world.rollout.max_turns,
     max_action_tokens=_MAX_ACTION.value,
     max_obs_tokens=_MAX_OBS.value,
     max_episode_tokens=max_episode,
@@ -142,19 +180,24 @@ def run() -> dict:
       "max_episode_tokens",
       f"{max_episode} exceeds the model's max_seq_len={policy.model_config.max_seq_len}",
     )
-  section = common.suite_config(_SUITE.value)
-  ds = suites.tasks(
-    _DATA_DIR.value, section, _SUITE.value, _SPLIT.value, seed=0, shuffle=False, repeat=False
-  )
-  n = len(ds) if not _TASKS.value else min(_TASKS.value, len(ds))
-  tasks = [ds[i] for i in range(n)]
+  section = world.suite
+  if _SEEDS.value:
+    tasks, split = seed_range_tasks(section), f"seeds {_SEEDS.value}"
+  else:
+    ds = suites.tasks(
+      _DATA_DIR.value, section, _SUITE.value, _SPLIT.value, seed=0, shuffle=False, repeat=False
+    )
+    tasks, split = [ds[i] for i in range(len(ds))], _SPLIT.value
+  n = len(tasks) if not _TASKS.value else min(_TASKS.value, len(tasks))
+  tasks = tasks[:n]
   params = jax.device_put(policy_io.load_weights(policy))
   from gagar_jax.models import transformer
 
   graphdef, _ = transformer.abstract(policy.model_config)
   print(
     f"[eval] {policy.kind} folder {_POLICY.value} ({policy.model_config.num_params() / 1e6:.2f}M "
-    f"params) on {_SUITE.value}/{_SPLIT.value}: {n} tasks x {_SAMPLES.value} samples",
+    f"params) on {_SUITE.value}/{split} ({_WORLD.value} world): {n} tasks x {_SAMPLES.value} "
+    "samples",
     flush=True,
   )
   groups, start = [], time.time()
@@ -169,7 +212,8 @@ def run() -> dict:
     "policy": _POLICY.value,
     "kind": policy.kind,
     "suite": _SUITE.value,
-    "split": _SPLIT.value,
+    "split": split,
+    "world": _WORLD.value,
     "temperature": _TEMPERATURE.value,
     "rollout": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
     **summarize(groups, _SAMPLES.value),
@@ -177,7 +221,8 @@ def run() -> dict:
     "command": " ".join(sys.argv),
   }
   name = os.path.basename(os.path.normpath(_POLICY.value))
-  out = _OUT.value or os.path.join("runs", "eval", f"{name}_{_SUITE.value}_{_SPLIT.value}")
+  where = _SEEDS.value.replace(":", "-") if _SEEDS.value else _SPLIT.value
+  out = _OUT.value or os.path.join("runs", "eval", f"{name}_{_SUITE.value}_{where}")
   os.makedirs(out, exist_ok=True)
   with open(os.path.join(out, "eval.json"), "w") as f:
     json.dump(result, f, indent=2)

@@ -38,8 +38,34 @@ def quality_metrics(trajectories: Sequence) -> dict[str, float]:
     "passing_redundant": share(lambda s: s.redundant),
     "passing_excess_diff": share(lambda s: s.excess_diff_lines > 0),
     "passing_untested": share(lambda s: not s.tested),
+    "passing_hack": share(lambda s: s.hack),
     "passing_diff_lines": float(np.mean([t.signals.diff_lines for t in winners])),
   }
+
+
+HABITS = {
+  "bloated": lambda s: s.bloated,
+  "out_of_scope": lambda s: s.out_of_scope,
+  "dead_code": lambda s: s.dead_code > 0,
+  "redundant": lambda s: s.redundant,
+  "hack": lambda s: s.hack,
+}
+
+
+def task_record(group) -> dict:
+  """One task's compact record: samples, passes, summed episode tokens and, where samples
+  passed and have quality signals, the habit counts among the passes (`passing_<habit>`).
+  Records of two policies on the same tasks compare pairwise (bootstraps over tasks)."""
+  winners = [t.signals for t in group if t.passed and t.signals is not None]
+  record = {
+    "task_id": group[0].task.task_id,
+    "samples": len(group),
+    "passed": int(sum(t.passed for t in group)),
+    "tokens": int(sum(len(t.tokens) for t in group)),
+  }
+  if winners:
+    record.update({f"passing_{h}": int(sum(f(s) for s in winners)) for h, f in HABITS.items()})
+  return record
 
 
 def _metrics(groups: Sequence[Sequence]) -> dict[str, float]:

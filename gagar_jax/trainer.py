@@ -89,7 +89,17 @@ def batch_metrics(groups) -> dict[str, float]:
   }
   q = evaluation.quality_metrics(flat)
   out.update(
-    {k: q[k] for k in ("passing_bloated", "passing_out_of_scope", "passing_dead_code") if k in q}
+    {
+      k: q[k]
+      for k in (
+        "passing_bloated",
+        "passing_out_of_scope",
+        "passing_dead_code",
+        "passing_redundant",
+        "passing_hack",
+      )
+      if k in q
+    }
   )
   return out
 
@@ -549,10 +559,11 @@ class Trainer:
         jax.profiler.stop_trace()
       save(force=True)
     sample_params = self._sampling_params(state.params)
-    final = evaluation.policy_metrics(
-      self.eval_engine.run(sample_params, self.test_tasks, jax.random.fold_in(key, 10**7)),
-      by_suite=self.by_suite,
+    # The same test tasks and sampling key for every arm of a seed: paired comparisons.
+    final_groups = self.eval_engine.run(
+      sample_params, self.test_tasks, jax.random.fold_in(key, 10**7)
     )
+    final = evaluation.policy_metrics(final_groups, by_suite=self.by_suite)
     self._log_digest(sample_params)
     if not self.primary:
       self.close()
@@ -568,6 +579,7 @@ class Trainer:
       "optimizer_steps": int(state.step),
       "skipped_steps": skipped,
       "final_test": final,
+      "final_test_tasks": [evaluation.task_record(g) for g in final_groups],
       "curve": curve,
       "wall_minutes": (time.time() - start) / 60,
     }

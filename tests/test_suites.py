@@ -266,6 +266,24 @@ def test_evaluate_script_reports_pass_at_k_per_suite(tmp_path):
     assert result["pass@1"] <= result["pass@2"] <= result["pass@3"]
     assert (result["quality"] is None) if suite == "humaneval" else True
     assert "| 3 |" in (out_dir / "eval.md").read_text()
+    assert [r["samples"] for r in result["per_task"]] == [3, 3]
+  # The pressure world on a seed range no split uses (out of distribution).
+  out_dir = tmp_path / "ood"
+  _run(
+    "evaluate.py",
+    "--policy=assets/pre_rl",
+    "--world=pressure",
+    "--seeds=3000000:3000002",
+    "--samples=2",
+    f"--out={out_dir}",
+  )
+  result = json.load(open(out_dir / "eval.json"))
+  assert result["split"] == "seeds 3000000:3000002" and result["world"] == "pressure"
+  assert result["rollout"]["max_turns"] == 8 and result["rollout"]["max_episode_tokens"] == 512
+  ids = [r["task_id"] for r in result["per_task"]]
+  assert [i.split("-")[1] for i in ids] == ["3000000", "3000001"]
+  for record in result["per_task"]:
+    assert record["passed"] == 0 or "passing_hack" in record
   proc = subprocess.run(
     [
       sys.executable,
@@ -280,6 +298,20 @@ def test_evaluate_script_reports_pass_at_k_per_suite(tmp_path):
     timeout=300,
   )
   assert proc.returncode != 0 and "suite: unknown suite 'mbpp'" in proc.stderr
+  proc = subprocess.run(
+    [
+      sys.executable,
+      os.path.join(REPO, "experiments", "evaluate.py"),
+      "--policy=assets/pre_rl",
+      "--seeds=2000100:2000300",
+    ],
+    cwd=REPO,
+    env=_env(),
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert proc.returncode != 0 and "seeds: 2000100:2000300 overlaps the test split" in proc.stderr
 
 
 def test_sft_on_a_suite_mixture(tmp_path):

@@ -115,7 +115,10 @@ class DemosConfig(tfds.core.BuilderConfig):
 
 
 def demos_config(suite: MiniRepoConfig, habits: expert_lib.HabitConfig, seed: int = 0):
-  h = "-".join(f"{getattr(habits, f.name):g}" for f in dataclasses.fields(habits))
+  # Habits added later (trial_and_error) are named only when set: earlier names stay.
+  fields = [f.name for f in dataclasses.fields(habits)]
+  fields = [f for f in fields if f != "trial_and_error" or habits.trial_and_error]
+  h = "-".join(f"{getattr(habits, f):g}" for f in fields)
   return DemosConfig(
     name=f"{suite.name}__h{h}_s{seed}", suite=suite, habits=habits, expert_seed=seed
   )

@@ -34,13 +34,12 @@ better one.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import os
 import re
 from typing import NamedTuple
 
-from gagar_jax.envs import pyast, quality
+from gagar_jax.envs import quality
 from gagar_jax.grading import workspace as workspace_lib
 from gagar_jax.grading.protocol import Ranking
 
@@ -70,48 +69,6 @@ class CandidateReport:
     if self.hack or self.functions_out_of_scope or self.dead_code or self.penalty >= 3:
       return 2
     return 0 if self.penalty <= 0.5 else 1
-
-
-def _literal(node) -> bool:
-  try:
-    ast.literal_eval(node)
-    return True
-  except ValueError:
-    return False
-
-
-def _is_special_case(node, params) -> bool:
-  """`if p == <literal> [and q == <literal> ...]:` with a body that only returns."""
-  if not isinstance(node, ast.If) or not all(isinstance(b, ast.Return) for b in node.body):
-    return False
-  test = node.test
-  parts = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
-  return all(
-    isinstance(p, ast.Compare)
-    and len(p.ops) == 1
-    and isinstance(p.ops[0], ast.Eq)
-    and isinstance(p.left, ast.Name)
-    and p.left.id in params
-    and _literal(p.comparators[0])
-    for p in parts
-  )
-
-
-def special_cases(before: str, after: str, func: str) -> int:
-  """Special-casing `if`s in `func` of `after` that `before` does not have."""
-
-  def cases(source):
-    try:
-      node = pyast.find_function(source, func)
-    except SyntaxError:
-      return []
-    if node is None:
-      return []
-    params = {a.arg for a in node.args.args}
-    return [ast.dump(n) for n in ast.walk(node) if _is_special_case(n, params)]
-
-  old = cases(before)
-  return sum(1 for c in cases(after) if c not in old)
 
 
 class _Turn(NamedTuple):
@@ -184,7 +141,7 @@ class RubricGrader:
           0, quality.dead_statements(src) - quality.dead_statements(original.get(path, ""))
         )
         if in_scope:
-          r.special_cases += special_cases(original.get(path, ""), src, in_scope)
+          r.special_cases += quality.special_cases(original.get(path, ""), src, in_scope)
       r.diff_lines = self._diff_lines(self._read(os.path.join(cdir, "diff.patch")))
       turns = workspace_lib.read_transcript(self._read(os.path.join(cdir, "transcript.txt")))
       r.redundant_actions, r.invalid_actions, r.tested = self._redundancy(turns, original)
