@@ -1,0 +1,178 @@
+"""Statistics of a sweep: standard errors of evaluation figures and paired bootstrap
+confidence intervals of arm differences over seeds and tasks.
+
+    runs = {seed: TaskTable(passed=[...], samples=[...], ...)}   # one arm, per seed
+    se = sampling_se(table.passed, table.samples)                # SE given the tasks
+    lo, hi = paired_bootstrap(arm_a, arm_b, pass_at_1)           # 95% CI of a - b
+
+Pairing: every arm of a seed is evaluated on the same test tasks with the same sampling
+key, so a bootstrap draw resamples seeds (the same seeds for both arms) and then tasks
+(the same task indices for both arms). Differences of task difficulty and of seeds'
+data order then cancel instead of widening the interval.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskTable:
+  """Per-task counts of one run's evaluation (`evaluation.task_record` rows, in task order)."""
+
+  task_ids: tuple[str, ...]
+  samples: np.ndarray  # [T] samples per task
+  passed: np.ndarray  # [T] passing samples
+  tokens: np.ndarray  # [T] summed episode tokens
+  habits: Mapping[str, np.ndarray]  # habit -> [T] passing samples with it
+
+  @classmethod
+  def from_records(cls, records: list[dict]) -> TaskTable:
+    habits = sorted({k for r in records for k in r if k.startswith("passing_")})
+    return cls(
+      tuple(r["task_id"] for r in records),
+      np.array([r["samples"] for r in records], float),
+      np.array([r["passed"] for r in records], float),
+      np.array([r["tokens"] for r in records], float),
+      {h[len("passing_") :]: np.array([r.get(h, 0) for r in records], float) for h in habits},
+    )
+
+  def take(self, index: np.ndarray) -> TaskTable:
+    return TaskTable(
+      tuple(self.task_ids[i] for i in index),
+      self.samples[index],
+      self.passed[index],
+      self.tokens[index],
+      {h: v[index] for h, v in self.habits.items()},
+    )
+
+
+def pass_at_1(t: TaskTable) -> float:
+  return float(np.mean(t.passed / t.samples))
+
+
+def pass_at_k(k: int) -> Callable[[TaskTable], float]:
+  """The unbiased pass@k (Chen et al. 2021), averaged over tasks."""
+
+  def stat(t: TaskTable) -> float:
+    n, c = t.samples, t.passed
+    out = np.ones_like(n)
+    for i, (ni, ci) in enumerate(zip(n, c, strict=True)):
+      if ni - ci >= k:
+        out[i] = 1.0 - np.prod(1.0 - k / np.arange(ni - ci + 1, ni + 1))
+    return float(out.mean())
+
+  stat.__name__ = f"pass@{k}"
+  return stat
+
+
+def episode_tokens(t: TaskTable) -> float:
+  return float(t.tokens.sum() / t.samples.sum())
+
+
+def habit_share(habit: str) -> Callable[[TaskTable], float]:
+  """The share of passing samples that carry `habit` (ratio of sums over tasks)."""
+
+  def stat(t: TaskTable) -> float:
+    n = t.passed.sum()
+    return float(t.habits[habit].sum() / n) if n and habit in t.habits else float("nan")
+
+  stat.__name__ = f"passing_{habit}"
+  return stat
+
+
+def sampling_se(passed, samples) -> float:
+  """SE of pass@1 given the tasks: the sampling noise of S samples per task,
+  sqrt(sum_i p_i (1 - p_i) / (S_i - 1)) / T (unbiased per-task variances)."""
+  passed, samples = np.asarray(passed, float), np.asarray(samples, float)
+  p = passed / samples
+  var = p * (1 - p) / np.maximum(samples - 1, 1)
+  return float(np.sqrt(var.sum()) / len(p))
+
+
+def task_se(passed, samples) -> float:
+  """SE of pass@1 as an estimate over the task population (task difficulty included):
+  the standard deviation of per-task pass rates over sqrt(T)."""
+  p = np.asarray(passed, float) / np.asarray(samples, float)
+  return float(p.std(ddof=1) / np.sqrt(len(p))) if len(p) > 1 else float("nan")
+
+
+def _check_paired(a: Mapping[int, TaskTable], b: Mapping[int, TaskTable]) -> list[int]:
+  seeds = sorted(set(a) & set(b))
+  if not seeds:
+    raise ValueError("no seed in common: nothing to pair")
+  for s in seeds:
+    if a[s].task_ids != b[s].task_ids:
+      raise ValueError(f"seed {s}: the two arms were evaluated on different tasks")
+  return seeds
+
+
+def paired_bootstrap(
+  a: Mapping[int, TaskTable],
+  b: Mapping[int, TaskTable],
+  stat: Callable[[TaskTable], float],
+  *,
+  draws: int = 2000,
+  seed: int = 0,
+  level: float = 0.95,
+) -> tuple[float, float, float]:
+  """(mean over seeds of stat(a) - stat(b), CI low, CI high), resampling seeds and tasks.
+
+  Each draw picks seeds with replacement and, per picked seed, task indices with
+  replacement (shared by the arms); the statistic is computed per seed and averaged.
+  """
+  seeds = _check_paired(a, b)
+  point = float(np.mean([stat(a[s]) - stat(b[s]) for s in seeds]))
+  rng = np.random.default_rng(seed)
+  out = np.empty(draws)
+  for d in range(draws):
+    diffs = []
+    for s in rng.choice(seeds, len(seeds)):
+      idx = rng.integers(0, len(a[s].passed), len(a[s].passed))
+      diffs.append(stat(a[s].take(idx)) - stat(b[s].take(idx)))
+    out[d] = np.nanmean(diffs)
+  lo, hi = np.nanquantile(out, [(1 - level) / 2, (1 + level) / 2])
+  return point, float(lo), float(hi)
+
+
+def seed_bootstrap(
+  a: Mapping[int, float],
+  b: Mapping[int, float],
+  *,
+  draws: int = 2000,
+  seed: int = 0,
+  level: float = 0.95,
+) -> tuple[float, float, float]:
+  """(mean of a - b over common seeds, CI low, CI high) for run-level figures (length
+  growth, gradient-norm variance): the paired seed differences resampled."""
+  seeds = sorted(set(a) & set(b))
+  if not seeds:
+    raise ValueError("no seed in common: nothing to pair")
+  diffs = np.array([a[s] - b[s] for s in seeds], float)
+  rng = np.random.default_rng(seed)
+  boot = rng.choice(diffs, (draws, len(diffs))).mean(1)
+  lo, hi = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
+  return float(diffs.mean()), float(lo), float(hi)
+
+
+def verdict(point: float, lo: float, hi: float, higher_is_claimed: bool) -> str:
+  """'supported' when the CI excludes 0 in the claimed direction, 'contradicted' when it
+  excludes 0 the other way, 'not resolved' otherwise."""
+  if not np.isfinite(lo) or not np.isfinite(hi):
+    return "not measurable"
+  if (lo > 0 and higher_is_claimed) or (hi < 0 and not higher_is_claimed):
+    return "supported"
+  if (hi < 0 and higher_is_claimed) or (lo > 0 and not higher_is_claimed):
+    return "contradicted"
+  return "not resolved"
+
+
+def mean_se(values) -> tuple[float, float]:
+  """Mean and standard error over seeds."""
+  v = np.asarray([x for x in values if np.isfinite(x)], float)
+  if not len(v):
+    return float("nan"), float("nan")
+  return float(v.mean()), float(v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else float("nan")
