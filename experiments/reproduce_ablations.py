@@ -1,14 +1,30 @@
-"""Runs the ablation sweep (every arm x seeds), aggregates it, writes results/ablations.md.
+"""Runs an ablation sweep (arms x seeds), keeps each finished run's compact record, and
+reports the paper's claims with paired bootstrap confidence intervals.
 
-    python experiments/reproduce_ablations.py --sweep=configs/sweeps/ablations.py:preset=small \\
-        --root=runs/ablations --results=results
+    # the powered sweep, two runs per sitting (each sitting continues where the last stopped):
+    python experiments/reproduce_ablations.py \\
+        --sweep=configs/sweeps/ablations.py:preset=powered,world=pressure --max_runs=2
+    # the report alone, from the committed records:
+    python experiments/reproduce_ablations.py \\
+        --sweep=configs/sweeps/ablations.py:preset=powered,world=pressure --aggregate_only
 
-Each run is `experiments/train.py` in its own process (its own workdir under --root,
-resumed if it already finished or was interrupted). Then, per arm, mean +- std over
-seeds of: final and best validation pass@1, final test pass@1, mean episode length and
-its growth since the start of RL, out-of-scope-edit and dead-code rates among passing
-test solutions, and the variance of the gradient norm over training; plus PNG curves
-per arm with seed bands. The results file says where the claims hold and where not.
+Each run is `experiments/train.py` in its own process, in its own workdir under --root
+(an interrupted run resumes from its checkpoint), then `experiments/evaluate.py` on the
+final policy over MiniRepo tasks of a seed range no split uses (--ood_seeds). A finished
+run's record (config.json, summary.json with the final test's per-task counts,
+metrics.jsonl, ood.json: a few hundred KB) goes to --records
+(default results/sweeps/<preset>_<world>); a run whose record exists is skipped, so the
+sweep continues across sittings from what is committed there. The report (--results/
+<--report>.md and .png) is computed from the records alone:
+
+- per arm, mean +- standard error over seeds of every figure; for test pass@1 also the
+  sampling SE given the tasks (what the evaluation size controls) and the SE over the
+  task population;
+- per claim, the arm difference with a 95% bootstrap confidence interval: over seeds and
+  test tasks (paired: every arm of a seed saw the same tasks with the same sampling key)
+  for evaluation figures, over seeds for run-level ones (length growth, gradient-norm
+  variance, entropy); a verdict whichever way it falls;
+- curves per arm with seed bands (mean +- SE).
 """
 
 from __future__ import annotations
@@ -16,6 +32,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -24,16 +41,30 @@ import jax
 import numpy as np
 from absl import app, flags
 
+from gagar_jax import stats
+
 _SWEEP = flags.DEFINE_string(
   "sweep",
   "configs/sweeps/ablations.py:preset=small",
   "Sweep file (with :arg), defining get_sweep(arg).",
 )
 _ROOT = flags.DEFINE_string("root", "runs/ablations", "Workdirs of the runs go here.")
-_RESULTS = flags.DEFINE_string("results", "results", "Where ablations.md and plots go.")
-_DRY = flags.DEFINE_bool("aggregate_only", False, "Skip running; aggregate existing runs.")
+_RECORDS = flags.DEFINE_string(
+  "records", "", "Finished runs' records (default results/sweeps/<sweep name>)."
+)
+_RESULTS = flags.DEFINE_string("results", "results", "Where the report and its plot go.")
+_REPORT = flags.DEFINE_string("report", "", "Report name (default ablations_<sweep name>).")
+_DRY = flags.DEFINE_bool("aggregate_only", False, "Skip running; report from the records.")
+_MAX_RUNS = flags.DEFINE_integer("max_runs", 0, "Run at most this many missing runs (0: all).")
+_OOD_SEEDS = flags.DEFINE_string(
+  "ood_seeds", "3000000:3000256", "MiniRepo seeds of the out-of-distribution evaluation."
+)
+_OOD_SAMPLES = flags.DEFINE_integer("ood_samples", 4, "Samples per out-of-distribution task.")
+_DRAWS = flags.DEFINE_integer("draws", 2000, "Bootstrap draws.")
+_DATA_DIR = flags.DEFINE_string("data_dir", "", "TFDS data_dir for the runs ('' = the config's).")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RECORD_FILES = ("config.json", "summary.json", "metrics.jsonl", "ood.json", "record.json")
 
 
 def load_sweep(spec: str):
@@ -44,7 +75,16 @@ def load_sweep(spec: str):
   return module.get_sweep(arg or None)
 
 
-def run_one(run: dict, workdir: str) -> float:
+def _call(args: list[str], workdir: str, what: str) -> None:
+  with open(os.path.join(workdir, "stdout.log"), "a") as log:
+    proc = subprocess.run(args, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+  if proc.returncode:
+    raise RuntimeError(f"{what} failed (exit {proc.returncode}); see {workdir}/stdout.log")
+
+
+def run_one(run: dict, workdir: str, world: str) -> float:
+  """Trains (resuming if the workdir has a checkpoint), then evaluates out of distribution."""
+  start = time.time()
   args = [
     sys.executable,
     os.path.join(REPO, "experiments", "train.py"),
@@ -52,188 +92,403 @@ def run_one(run: dict, workdir: str) -> float:
     f"--workdir={workdir}",
   ]
   args += [f"--config.{k}={v}" for k, v in run.get("overrides", {}).items()]
-  start = time.time()
-  with open(os.path.join(workdir, "stdout.log"), "a") as log:
-    proc = subprocess.run(args, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-  if proc.returncode:
-    raise RuntimeError(
-      f"run {run['name']} failed (exit {proc.returncode}); see {workdir}/stdout.log"
+  if _DATA_DIR.value:
+    args.append(f"--config.data_dir={_DATA_DIR.value}")
+  if not os.path.exists(os.path.join(workdir, "summary.json")):
+    _call(args, workdir, f"run {run['name']}")
+  if _OOD_SEEDS.value and not os.path.exists(os.path.join(workdir, "ood", "eval.json")):
+    _call(
+      [
+        sys.executable,
+        os.path.join(REPO, "experiments", "evaluate.py"),
+        f"--policy={os.path.join(workdir, 'policy')}",
+        f"--world={world}",
+        f"--seeds={_OOD_SEEDS.value}",
+        f"--samples={_OOD_SAMPLES.value}",
+        f"--out={os.path.join(workdir, 'ood')}",
+        *([f"--data_dir={_DATA_DIR.value}"] if _DATA_DIR.value else []),
+      ],
+      workdir,
+      f"out-of-distribution evaluation of {run['name']}",
     )
   return time.time() - start
 
 
-def summarize_run(workdir: str) -> dict:
-  with open(os.path.join(workdir, "summary.json")) as f:
+def save_record(run: dict, workdir: str, record_dir: str, seconds: float) -> None:
+  """Copies the run's compact record into `record_dir` (written last: record.json)."""
+  os.makedirs(record_dir, exist_ok=True)
+  for name in ("config.json", "summary.json", "metrics.jsonl"):
+    shutil.copyfile(os.path.join(workdir, name), os.path.join(record_dir, name))
+  ood = os.path.join(workdir, "ood", "eval.json")
+  if os.path.exists(ood):
+    shutil.copyfile(ood, os.path.join(record_dir, "ood.json"))
+  meta = {k: run[k] for k in ("name", "arm", "config", "overrides")}
+  meta["seed"] = int(run["name"].rsplit("_s", 1)[1])
+  meta["sitting_minutes"] = seconds / 60
+  with open(os.path.join(record_dir, "record.json"), "w") as f:
+    json.dump(meta, f, indent=2)
+
+
+def finished(record_dir: str) -> bool:
+  return os.path.exists(os.path.join(record_dir, "record.json"))
+
+
+# ------------------------------------------------------------------ per-run figures
+
+
+def _series(train: list[dict], key: str) -> tuple[np.ndarray, np.ndarray]:
+  rows = [(r["step"], r[key]) for r in train if key in r]
+  if not rows:
+    return np.zeros(0), np.zeros(0)
+  steps, values = zip(*rows, strict=True)
+  return np.array(steps, float), np.array(values, float)
+
+
+def load_run(record_dir: str) -> dict:
+  """A finished run's figures, from its record alone."""
+  with open(os.path.join(record_dir, "record.json")) as f:
+    meta = json.load(f)
+  with open(os.path.join(record_dir, "summary.json")) as f:
     summary = json.load(f)
-  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+  with open(os.path.join(record_dir, "metrics.jsonl")) as f:
     records = [json.loads(line) for line in f if line.strip()]
-  train = [r for r in records if "train/grad_norm" in r]
+  train = [r for r in records if "train/grad_norm" in r and r.get("train/updated", 1.0)]
   curve = summary["curve"]
-  final = summary["final_test"]
-  return {
-    "final_val_pass@1": curve[-1]["pass@1"],
-    "best_val_pass@1": max(p["pass@1"] for p in curve),
-    "final_test_pass@1": final["pass@1"],
-    "episode_tokens": final["episode_tokens"],
-    "token_growth": curve[-1]["episode_tokens"] - curve[0]["episode_tokens"],
-    "out_of_scope_rate": final.get("passing_out_of_scope", float("nan")),
-    "dead_code_rate": final.get("passing_dead_code", float("nan")),
-    "bloated_rate": final.get("passing_bloated", float("nan")),
-    "grad_norm_var": float(np.var([r["train/grad_norm"] for r in train])) if train else 0.0,
+  run = {
+    "name": meta["name"],
+    "arm": meta["arm"],
+    "seed": meta["seed"],
+    "steps": summary["steps"],
     "wall_minutes": float(summary.get("wall_minutes", 0.0)),
     "curve": curve,
-    "train_pass": [(r["step"], r["train/pass_rate"]) for r in train],
+    "final": summary["final_test"],
+    "test": stats.TaskTable.from_records(summary["final_test_tasks"]),
+    "train": {
+      k: _series(train, f"train/{k}")
+      for k in (
+        "grad_norm",
+        "entropy",
+        "adv_abs_moved",
+        "lambda_mean",
+        "episode_tokens",
+        "pass_rate",
+        "passing_out_of_scope",
+        "passing_dead_code",
+        "passing_redundant",
+        "passing_hack",
+        "passing_bloated",
+      )
+    },
   }
+  grad = run["train"]["grad_norm"][1]
+  entropy = run["train"]["entropy"][1]
+  tail = max(1, len(entropy) // 4)
+  run["level"] = {
+    "token_growth": curve[-1]["episode_tokens"] - curve[0]["episode_tokens"],
+    "relative_token_growth": curve[-1]["episode_tokens"] / curve[0]["episode_tokens"] - 1,
+    "grad_norm_var": float(np.var(grad)) if len(grad) else float("nan"),
+    "entropy_end": float(entropy[-tail:].mean()) if len(entropy) else float("nan"),
+    "credit_moved": float(run["train"]["adv_abs_moved"][1].mean())
+    if len(run["train"]["adv_abs_moved"][1])
+    else float("nan"),
+    "best_val_pass@1": max(p["pass@1"] for p in curve),
+    "final_val_pass@1": curve[-1]["pass@1"],
+  }
+  ood_path = os.path.join(record_dir, "ood.json")
+  if os.path.exists(ood_path):
+    with open(ood_path) as f:
+      run["ood"] = stats.TaskTable.from_records(json.load(f)["per_task"])
+  return run
 
 
-METRICS = [
-  ("final_val_pass@1", "final validation pass@1", True),
-  ("best_val_pass@1", "best validation pass@1", True),
-  ("final_test_pass@1", "final test pass@1", True),
-  ("episode_tokens", "episode tokens (test)", False),
-  ("token_growth", "episode-token growth since step 0", False),
-  ("out_of_scope_rate", "out-of-scope edits in passing", False),
-  ("dead_code_rate", "dead code in passing", False),
-  ("bloated_rate", "any bloat in passing", False),
-  ("grad_norm_var", "gradient-norm variance", False),
+# ------------------------------------------------------------------ the report
+
+# (label, statistic of a TaskTable, higher is better)
+TABLE_STATS = [
+  ("test pass@1", stats.pass_at_1, True),
+  ("test pass@8", stats.pass_at_k(8), True),
+  ("test episode tokens", stats.episode_tokens, False),
+  ("passing: any bloat", stats.habit_share("bloated"), False),
+  ("passing: out-of-scope edit", stats.habit_share("out_of_scope"), False),
+  ("passing: dead code", stats.habit_share("dead_code"), False),
+  ("passing: redundant action", stats.habit_share("redundant"), False),
+  ("passing: special-cased input (hack)", stats.habit_share("hack"), False),
+]
+LEVEL_STATS = [
+  ("best validation pass@1", "best_val_pass@1"),
+  ("final validation pass@1", "final_val_pass@1"),
+  ("episode-token growth since step 0 (validation)", "token_growth"),
+  ("relative episode-length growth", "relative_token_growth"),
+  ("gradient-norm variance over training", "grad_norm_var"),
+  ("policy entropy, last quarter of training", "entropy_end"),
+  ("credit moved per step (mean |adv change|)", "credit_moved"),
+]
+# (claim, arm a, arm b, figure, higher is claimed for a - b). figure: a TABLE_STATS label
+# (paired bootstrap over seeds and tasks), a LEVEL_STATS key (over seeds), or "ood pass@1".
+CLAIMS = [
+  ("GAGAR resolves more tasks than GRPO", "gagar", "grpo", "test pass@1", True),
+  ("GAGAR resolves more tasks than GRPO (pass@8)", "gagar", "grpo", "test pass@8", True),
+  ("... also out of distribution", "gagar", "grpo", "ood pass@1", True),
+  ("GAGAR curbs trajectory-length growth", "gagar", "grpo", "token_growth", False),
+  ("GAGAR trains more stably (gradient-norm variance)", "gagar", "grpo", "grad_norm_var", False),
+  ("GAGAR's passing solutions are cleaner", "gagar", "grpo", "passing: any bloat", False),
+  ("... fewer out-of-scope edits", "gagar", "grpo", "passing: out-of-scope edit", False),
+  ("... fewer reward hacks", "gagar", "grpo", "passing: special-cased input (hack)", False),
+  ("the paper's tiered protocol beats GRPO", "gagar_paper", "grpo", "test pass@1", True),
+  (
+    "... and hacks less",
+    "gagar_paper",
+    "grpo",
+    "passing: special-cased input (hack)",
+    False,
+  ),
+  ("sum preservation matters (pass@1)", "gagar", "gagar_no_rescale", "test pass@1", True),
+  ("sum preservation keeps entropy down", "gagar", "gagar_no_rescale", "entropy_end", False),
+  ("sum preservation curbs length growth", "gagar", "gagar_no_rescale", "token_growth", False),
+  ("reward shaping is less stable", "gagar", "reward_shaping", "grad_norm_var", False),
+  ("GAGAR beats reward shaping", "gagar", "reward_shaping", "test pass@1", True),
+  ("the LM grader's GAGAR beats GRPO", "gagar_lm", "grpo", "test pass@1", True),
+  ("the LM grader's GAGAR is cleaner than GRPO", "gagar_lm", "grpo", "passing: any bloat", False),
 ]
 
 
-def aggregate(results: dict[str, list[dict]]) -> dict[str, dict[str, tuple[float, float]]]:
-  return {
-    arm: {
-      k: (float(np.mean([r[k] for r in runs])), float(np.std([r[k] for r in runs])))
-      for k, _, _ in METRICS
-    }
-    for arm, runs in results.items()
-  }
-
-
-def verdicts(agg) -> list[str]:
-  """Each claim of the paper, checked against the means (and the seeds' spread)."""
-  out = []
-
-  def cmp(a, b, key, better_high, claim):
-    if a not in agg or b not in agg:
-      return
-    (ma, sa), (mb, sb) = agg[a][key], agg[b][key]
-    diff = ma - mb if better_high else mb - ma
-    spread = max(sa, sb)
-    if abs(diff) < 1e-12:
-      verdict = "no difference"
-    elif diff > spread:
-      verdict = "holds"
-    elif diff > 0:
-      verdict = "same direction, within seed noise"
-    else:
-      verdict = "does NOT hold"
-    out.append(f"- {claim}: {a} {ma:.3f} +- {sa:.3f} vs {b} {mb:.3f} +- {sb:.3f} -> {verdict}")
-
-  cmp("gagar", "grpo", "final_test_pass@1", True, "GAGAR raises pass rate over GRPO")
-  cmp("gagar", "grpo", "token_growth", False, "GAGAR curbs trajectory-length growth")
-  cmp("gagar", "grpo", "grad_norm_var", False, "GAGAR trains more stably (grad-norm variance)")
-  cmp("gagar", "grpo", "bloated_rate", False, "GAGAR's passing solutions are cleaner")
-  cmp("gagar", "gagar_no_rescale", "final_test_pass@1", True, "sum preservation matters")
-  cmp("gagar", "reward_shaping", "grad_norm_var", False, "reward shaping is less stable")
-  cmp("gagar_lm", "grpo", "final_test_pass@1", True, "GAGAR with the LM grader raises pass rate")
-  cmp("gagar_lm", "grpo", "bloated_rate", False, "the LM grader's GAGAR gives cleaner solutions")
-  cmp("gagar_lm", "gagar", "final_test_pass@1", True, "the LM grader matches the rubric grader")
+def by_arm(runs: list[dict]) -> dict[str, dict[int, dict]]:
+  out: dict[str, dict[int, dict]] = {}
+  for r in runs:
+    out.setdefault(r["arm"], {})[r["seed"]] = r
   return out
 
 
-def plot(results: dict[str, list[dict]], path: str) -> None:
+def claim_rows(arms: dict[str, dict[int, dict]], draws: int) -> list[dict]:
+  table = {label: (fn, hi) for label, fn, hi in TABLE_STATS}
+  levels = {key for _, key in LEVEL_STATS}
+  rows = []
+  for claim, a, b, figure, higher in CLAIMS:
+    if a not in arms or b not in arms or not set(arms[a]) & set(arms[b]):
+      continue
+    if figure in table:
+      ta = {s: r["test"] for s, r in arms[a].items()}
+      tb = {s: r["test"] for s, r in arms[b].items()}
+      point, lo, hi = stats.paired_bootstrap(ta, tb, table[figure][0], draws=draws)
+      over = "seeds x tasks"
+    elif figure == "ood pass@1":
+      ta = {s: r["ood"] for s, r in arms[a].items() if "ood" in r}
+      tb = {s: r["ood"] for s, r in arms[b].items() if "ood" in r}
+      if not set(ta) & set(tb):
+        continue
+      point, lo, hi = stats.paired_bootstrap(ta, tb, stats.pass_at_1, draws=draws)
+      over = "seeds x tasks"
+    else:
+      assert figure in levels, figure
+      va = {s: r["level"][figure] for s, r in arms[a].items()}
+      vb = {s: r["level"][figure] for s, r in arms[b].items()}
+      point, lo, hi = stats.seed_bootstrap(va, vb, draws=draws)
+      over = "seeds"
+    seeds = len(set(arms[a]) & set(arms[b]))
+    rows.append(
+      dict(
+        claim=claim,
+        a=a,
+        b=b,
+        figure=figure,
+        point=point,
+        lo=lo,
+        hi=hi,
+        over=over,
+        seeds=seeds,
+        verdict=stats.verdict(point, lo, hi, higher),
+      )
+    )
+  return rows
+
+
+def _fmt(mean, se, digits=3):
+  if not np.isfinite(mean):
+    return "n/a"
+  return f"{mean:.{digits}f} +- {se:.{digits}f}" if np.isfinite(se) else f"{mean:.{digits}f}"
+
+
+def arm_table(arms: dict[str, dict[int, dict]]) -> list[str]:
+  names = list(arms)
+  lines = ["| figure (mean +- SE over seeds) | " + " | ".join(names) + " |"]
+  lines.append("| --- |" + " --- |" * len(names))
+  for label, fn, _ in TABLE_STATS:
+    cells = [_fmt(*stats.mean_se([fn(r["test"]) for r in arms[a].values()])) for a in names]
+    lines.append(f"| {label} | " + " | ".join(cells) + " |")
+  cells = []
+  for a in names:
+    ood = [stats.pass_at_1(r["ood"]) for r in arms[a].values() if "ood" in r]
+    cells.append(_fmt(*stats.mean_se(ood)) if ood else "n/a")
+  lines.append("| out-of-distribution pass@1 | " + " | ".join(cells) + " |")
+  for label, key in LEVEL_STATS:
+    cells = [_fmt(*stats.mean_se([r["level"][key] for r in arms[a].values()])) for a in names]
+    lines.append(f"| {label} | " + " | ".join(cells) + " |")
+  lines.append("| seeds finished | " + " | ".join(str(len(arms[a])) for a in names) + " |")
+  return lines
+
+
+def se_lines(arms: dict[str, dict[int, dict]]) -> list[str]:
+  """What the evaluation sizes give: per run, the SE of test pass@1 given its tasks and
+  over the task population."""
+  runs = [r for seeds in arms.values() for r in seeds.values()]
+  t = runs[0]["test"]
+  sampling = [stats.sampling_se(r["test"].passed, r["test"].samples) for r in runs]
+  population = [stats.task_se(r["test"].passed, r["test"].samples) for r in runs]
+  lines = [
+    f"Evaluation sizes: final test {len(t.passed)} tasks x {int(t.samples[0])} samples per run, "
+    "the same tasks and sampling key for every arm of a seed.",
+    f"- SE of a run's test pass@1 from sampling, given the tasks: median "
+    f"{np.median(sampling):.4f} (max {np.max(sampling):.4f}). This is what the evaluation size "
+    "controls, and what a paired comparison of arms on the same tasks is subject to.",
+    f"- SE over the task population (task difficulty varies): median {np.median(population):.4f}; "
+    "it is shared by all arms (same tasks) and cancels in paired differences.",
+  ]
+  if "ood" in runs[0]:
+    o = runs[0]["ood"]
+    ood_se = [stats.sampling_se(r["ood"].passed, r["ood"].samples) for r in runs if "ood" in r]
+    lines.append(
+      f"- Out-of-distribution evaluation: {len(o.passed)} tasks x {int(o.samples[0])} samples "
+      f"(seeds {_OOD_SEEDS.value}, never used by a split); sampling SE median "
+      f"{np.median(ood_se):.4f}."
+    )
+  return lines
+
+
+def plot(arms: dict[str, dict[int, dict]], path: str) -> None:
   import matplotlib
 
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  fig, ax = plt.subplots(1, 3, figsize=(15, 4))
-  for arm, runs in results.items():
-    steps = [p["step"] for p in runs[0]["curve"]]
-    for i, (key, title) in enumerate(
-      (
-        ("pass@1", "validation pass@1"),
-        ("episode_tokens", "episode tokens"),
-        ("passing_bloated", "bloated share of passing"),
-      )
-    ):
-      ys = np.array([[p[key] for p in r["curve"]] for r in runs])
-      mean, std = ys.mean(0), ys.std(0)
-      line = ax[i].plot(steps, mean, "o-", label=arm)[0]
-      ax[i].fill_between(steps, mean - std, mean + std, alpha=0.2, color=line.get_color())
-      ax[i].set(title=title, xlabel="RL step")
-  ax[0].legend()
+  panels = [
+    ("curve", "pass@1", "validation pass@1"),
+    ("curve", "episode_tokens", "validation episode tokens"),
+    ("train", "passing_out_of_scope", "passing: out-of-scope share (train)"),
+    ("train", "passing_hack", "passing: hack share (train)"),
+    ("train", "passing_redundant", "passing: redundant-action share (train)"),
+    ("train", "grad_norm", "gradient norm (train)"),
+    ("train", "entropy", "policy entropy (train)"),
+    ("train", "adv_abs_moved", "credit moved (train)"),
+  ]
+  fig, axes = plt.subplots(2, 4, figsize=(20, 8))
+  for ax, (source, key, title) in zip(axes.flat, panels, strict=True):
+    for arm, seeds in arms.items():
+      if source == "curve":
+        curves = [
+          (
+            np.array([p["step"] for p in r["curve"]], float),
+            np.array([p.get(key, np.nan) for p in r["curve"]], float),
+          )
+          for r in seeds.values()
+        ]
+        grid = curves[0][0]
+      else:
+        curves = [r["train"][key] for r in seeds.values() if len(r["train"][key][0])]
+        if not curves:
+          continue
+        grid = np.arange(1, max(int(s.max()) for s, _ in curves) + 1, dtype=float)
+      ys = []
+      for s, v in curves:
+        v = np.interp(grid, s, v)
+        if source == "train":  # a moving average over up to 10 steps
+          w = min(10, len(v))
+          v = np.convolve(v, np.ones(w) / w, mode="same")
+        ys.append(v)
+      ys = np.array(ys)
+      mean = np.nanmean(ys, 0)
+      se = np.nanstd(ys, 0, ddof=1) / np.sqrt(len(ys)) if len(ys) > 1 else np.zeros_like(mean)
+      line = ax.plot(grid, mean, label=f"{arm} ({len(ys)})")[0]
+      ax.fill_between(grid, mean - se, mean + se, alpha=0.2, color=line.get_color())
+    ax.set(title=title, xlabel="RL step")
+  axes.flat[0].legend(fontsize=8)
+  fig.suptitle("per arm: mean over seeds, band = +- 1 SE (seeds finished in brackets)")
   fig.tight_layout()
-  fig.savefig(path, dpi=100)
+  fig.savefig(path, dpi=90)
   plt.close(fig)
 
 
-def write_markdown(agg, sweep, command: str, minutes: float, path: str) -> None:
-  arms = list(agg)
+def write_report(sweep, runs, records: str, command: str, path: str, png: str) -> list[dict]:
+  arms = by_arm(runs)
+  rows = claim_rows(arms, _DRAWS.value)
+  total = len(sweep["runs"])
+  minutes = sum(r["wall_minutes"] for r in runs)
   lines = [
-    "# GAGAR ablations (MiniRepo, tiny policy)",
+    f"# GAGAR ablations: {sweep['name']} "
+    f"(MiniRepo {sweep.get('world', 'default')} world, tiny policy)",
     "",
     f"Command: `{command}`",
     "",
-    *(
-      [
-        "(Aggregation only: each arm's runs were made by the same command without "
-        "`--aggregate_only`, with that arm in `arms=`, into the same `--root`.)",
-        "",
-      ]
-      if "--aggregate_only" in command
-      else []
-    ),
-    f"{len(sweep['runs'])} runs ({', '.join(arms)} x {len(sweep['seeds'])} seeds), "
-    f"{minutes:.0f} minutes of training runs on this machine (sum over runs). "
-    "Mean +- std over seeds.",
+    f"**{len(runs)} of {total} runs finished** ({minutes:.0f} minutes of training on this "
+    f"machine, summed). Records: `{os.path.relpath(records, REPO)}`; the sweep continues "
+    "with the same command (finished runs are skipped).",
     "",
-    "| metric | " + " | ".join(arms) + " |",
-    "| --- |" + " --- |" * len(arms),
-  ]
-  for key, name, _ in METRICS:
-    lines.append(
-      f"| {name} | "
-      + " | ".join(f"{agg[a][key][0]:.3f} +- {agg[a][key][1]:.3f}" for a in arms)
-      + " |"
-    )
-  lines += [
+    *se_lines(arms),
+    "",
+    *arm_table(arms),
     "",
     "## The paper's claims, here",
     "",
-    "A claim 'holds' when the means differ in its direction by more than the larger of the "
-    "two arms' seed standard deviations; with 3 seeds that is a screen, not a significance "
-    "test. 'Within seed noise' means the direction agrees but the gap is smaller.",
+    "Each line: arm a minus arm b, the point estimate and its 95% bootstrap confidence "
+    "interval (over seeds and test tasks, paired, for evaluation figures; over seeds for "
+    "run-level ones). 'supported': the interval excludes 0 in the claimed direction; "
+    "'contradicted': it excludes 0 the other way; 'not resolved': it contains 0.",
     "",
-    *verdicts(agg),
-    "",
-    "![curves](ablations.png)",
-    "",
+    "| claim | a - b | figure | difference [95% CI] | over | seeds | verdict |",
+    "| --- | --- | --- | --- | --- | --- | --- |",
   ]
+  for r in rows:
+    lines.append(
+      f"| {r['claim']} | {r['a']} - {r['b']} | {r['figure']} | {r['point']:+.3f} "
+      f"[{r['lo']:+.3f}, {r['hi']:+.3f}] | {r['over']} | {r['seeds']} | **{r['verdict']}** |"
+    )
+  lines += ["", f"![curves]({os.path.basename(png)})", ""]
   with open(path, "w") as f:
     f.write("\n".join(lines))
+  plot(arms, png)
+  return rows
 
 
 def main(argv):
   del argv
   sweep = load_sweep(_SWEEP.value)
-  results: dict[str, list[dict]] = {}
+  records = _RECORDS.value or os.path.join(REPO, "results", "sweeps", sweep["name"])
+  started = 0
   for run in sweep["runs"]:
-    workdir = os.path.join(_ROOT.value, run["name"])
+    record_dir = os.path.join(records, run["name"])
+    if _DRY.value or finished(record_dir):
+      continue
+    if _MAX_RUNS.value and started >= _MAX_RUNS.value:
+      print(f"[ablations] --max_runs={_MAX_RUNS.value} reached; the rest next sitting", flush=True)
+      break
+    started += 1
+    workdir = os.path.join(_ROOT.value, sweep["name"], run["name"])
     os.makedirs(workdir, exist_ok=True)
-    if not _DRY.value and not os.path.exists(os.path.join(workdir, "summary.json")):
-      print(f"[ablations] running {run['name']} ...", flush=True)
-      seconds = run_one(run, workdir)
-      print(f"[ablations] {run['name']} done in {seconds / 60:.1f} min", flush=True)
-    results.setdefault(run["arm"], []).append(summarize_run(workdir))
-  agg = aggregate(results)
+    print(f"[ablations] running {run['name']} in {workdir} ...", flush=True)
+    seconds = run_one(run, workdir, sweep.get("world", "default"))
+    save_record(run, workdir, record_dir, seconds)
+    print(
+      f"[ablations] {run['name']} done in {seconds / 60:.1f} min; record {record_dir}", flush=True
+    )
+  runs = [
+    load_run(os.path.join(records, r["name"]))
+    for r in sweep["runs"]
+    if finished(os.path.join(records, r["name"]))
+  ]
+  if not runs:
+    print(f"[ablations] no finished run in {records} yet", flush=True)
+    return
+  report = _REPORT.value or f"ablations_{sweep['name']}"
   os.makedirs(_RESULTS.value, exist_ok=True)
-  plot(results, os.path.join(_RESULTS.value, "ablations.png"))
+  md = os.path.join(_RESULTS.value, f"{report}.md")
+  png = os.path.join(_RESULTS.value, f"{report}.png")
   command = "python " + " ".join(sys.argv)
-  minutes = sum(r["wall_minutes"] for runs in results.values() for r in runs)
-  write_markdown(agg, sweep, command, minutes, os.path.join(_RESULTS.value, "ablations.md"))
-  print("\n".join(verdicts(agg)))
-  print(f"[ablations] wrote {_RESULTS.value}/ablations.md and ablations.png")
+  rows = write_report(sweep, runs, records, command, md, png)
+  for r in rows:
+    print(
+      f"- {r['claim']}: {r['a']} - {r['b']} {r['figure']} {r['point']:+.3f} "
+      f"[{r['lo']:+.3f}, {r['hi']:+.3f}] -> {r['verdict']}"
+    )
+  print(f"[ablations] {len(runs)}/{len(sweep['runs'])} runs; wrote {md} and {png}")
 
 
 if __name__ == "__main__":

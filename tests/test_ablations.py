@@ -1,66 +1,138 @@
-"""The ablation report: aggregation over seeds, claim verdicts, markdown and plot."""
+"""The ablation sweep: records of finished runs, skipping them, and the report with
+paired bootstrap intervals."""
 
 import json
 import os
 import subprocess
 import sys
 
+import numpy as np
+
 from tests.conftest import REPO
 
-
-def _fake_run(workdir, pass_rate, tokens, grad_norms):
-  os.makedirs(workdir)
-  curve = [
-    {
-      "step": s,
-      "pass@1": pass_rate * (0.8 + 0.1 * i),
-      "episode_tokens": tokens + 10 * i,
-      "passing_bloated": 0.3,
-    }
-    for i, s in enumerate((0, 6, 12))
-  ]
-  final = {
-    "pass@1": pass_rate,
-    "episode_tokens": tokens,
-    "passing_out_of_scope": 0.1,
-    "passing_dead_code": 0.2,
-    "passing_bloated": 0.3,
-  }
-  with open(os.path.join(workdir, "summary.json"), "w") as f:
-    json.dump({"curve": curve, "final_test": final}, f)
-  with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
-    for step, g in enumerate(grad_norms, 1):
-      f.write(json.dumps({"step": step, "train/grad_norm": g, "train/pass_rate": 0.4}) + "\n")
+SWEEP = "configs/sweeps/ablations.py:preset=powered,world=pressure,arms=grpo+gagar,seeds=3"
 
 
-def test_report_from_existing_runs(tmp_path):
-  root = tmp_path / "runs"
-  for seed in range(3):
-    _fake_run(root / f"grpo_s{seed}", 0.30 + 0.01 * seed, 300, [1.0, 3.0, 1.0, 3.0])
-    _fake_run(root / f"gagar_s{seed}", 0.40 + 0.01 * seed, 260, [1.0, 1.2, 1.0, 1.2])
-    _fake_run(root / f"gagar_no_rescale_s{seed}", 0.20, 280, [1.0, 2.0, 1.0, 2.0])
-    _fake_run(root / f"reward_shaping_s{seed}", 0.35, 290, [0.5, 4.0, 0.5, 4.0])
+def _env():
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
   env["PYTHONPATH"] = REPO
+  return env
+
+
+def _script(*args, timeout=600):
   proc = subprocess.run(
-    [
-      sys.executable,
-      os.path.join(REPO, "experiments", "reproduce_ablations.py"),
-      "--sweep=configs/sweeps/ablations.py:preset=quick",
-      f"--root={root}",
-      f"--results={tmp_path / 'results'}",
-      "--aggregate_only",
-    ],
+    [sys.executable, os.path.join(REPO, "experiments", "reproduce_ablations.py"), *args],
     cwd=REPO,
-    env=env,
+    env=_env(),
     capture_output=True,
     text=True,
-    timeout=300,
+    timeout=timeout,
   )
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  md = open(tmp_path / "results" / "ablations.md").read()
-  assert "| final test pass@1 | 0.310 +- 0.008 | 0.410 +- 0.008 |" in md
-  assert "GAGAR raises pass rate over GRPO: gagar 0.410" in md and "-> holds" in md
-  assert "sum preservation matters" in md
-  assert "reward shaping is less stable" in md
-  assert os.path.exists(tmp_path / "results" / "ablations.png")
+  assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+  return proc.stdout
+
+
+def _fake_record(record_dir, arm, seed, pass_p, growth, grad_norms, hack_p, rng):
+  """A finished run's record as reproduce_ablations.py writes it (what the report reads)."""
+  os.makedirs(record_dir)
+  tasks = []
+  for i in range(64):  # the same task ids for every arm of a seed (paired)
+    passed = int(rng.binomial(8, np.clip(pass_p + 0.3 * np.sin(i), 0, 1)))
+    tasks.append(
+      {
+        "task_id": f"minirepo-{2000000 + i}",
+        "samples": 8,
+        "passed": passed,
+        "tokens": 8 * 250,
+        **(
+          {
+            "passing_bloated": int(rng.binomial(passed, 0.3)),
+            "passing_out_of_scope": int(rng.binomial(passed, 0.1)),
+            "passing_dead_code": 0,
+            "passing_redundant": 0,
+            "passing_hack": int(rng.binomial(passed, hack_p)),
+          }
+          if passed
+          else {}
+        ),
+      }
+    )
+  curve = [
+    {"step": s, "pass@1": pass_p, "episode_tokens": 200 + growth * s / 150} for s in (0, 75, 150)
+  ]
+  summary = {
+    "steps": 150,
+    "wall_minutes": 20.0,
+    "curve": curve,
+    "final_test": {"pass@1": pass_p},
+    "final_test_tasks": tasks,
+  }
+  json.dump(summary, open(os.path.join(record_dir, "summary.json"), "w"))
+  with open(os.path.join(record_dir, "metrics.jsonl"), "w") as f:
+    for step, g in enumerate(grad_norms, 1):
+      row = {"step": step, "train/grad_norm": g, "train/entropy": 0.3, "train/adv_abs_moved": 0.1}
+      f.write(json.dumps(row) + "\n")
+  json.dump({"per_task": tasks[:32]}, open(os.path.join(record_dir, "ood.json"), "w"))
+  json.dump({}, open(os.path.join(record_dir, "config.json"), "w"))
+  meta = {"name": f"{arm}_s{seed}", "arm": arm, "seed": seed, "config": "", "overrides": {}}
+  json.dump(meta, open(os.path.join(record_dir, "record.json"), "w"))
+
+
+def test_report_from_committed_records(tmp_path):
+  records, rng = tmp_path / "records", np.random.default_rng(0)
+  for seed in range(3):
+    _fake_record(records / f"grpo_s{seed}", "grpo", seed, 0.30, 60, [1, 3] * 20, 0.4, rng)
+    _fake_record(records / f"gagar_s{seed}", "gagar", seed, 0.40, 10, [1, 1.2] * 20, 0.05, rng)
+  out = _script(
+    f"--sweep={SWEEP}",
+    f"--records={records}",
+    f"--results={tmp_path / 'results'}",
+    "--report=report",
+    "--aggregate_only",
+    "--draws=300",
+  )
+  md = (tmp_path / "results" / "report.md").read_text()
+  assert "**6 of 6 runs finished**" in md
+  assert "SE of a run's test pass@1 from sampling, given the tasks" in md
+  assert "| seeds finished | 3 | 3 |" in md
+  lines = {line.split(" | ")[0][2:]: line for line in md.splitlines() if line.startswith("| ")}
+  # A large pass-rate gap with 3 seeds x 64 paired tasks: the interval excludes 0.
+  assert "**supported**" in lines["GAGAR resolves more tasks than GRPO"]
+  assert "**supported**" in lines["GAGAR curbs trajectory-length growth"]
+  assert "**supported**" in lines["... fewer reward hacks"]
+  assert "**supported**" in lines["GAGAR trains more stably (gradient-norm variance)"]
+  # Out-of-scope shares are equal in truth: not resolved (or, rarely, a chance verdict).
+  assert "[" in lines["... fewer out-of-scope edits"]
+  assert "sum preservation" not in md  # gagar_no_rescale not in this sweep's arms
+  assert "GAGAR resolves more tasks than GRPO: gagar - grpo test pass@1 +0.1" in out
+  assert os.path.getsize(tmp_path / "results" / "report.png") > 10_000
+
+
+def test_sweep_runs_records_and_skips_finished_runs(tmp_path):
+  # One real run (train.py + the out-of-distribution evaluate.py), its record, then a
+  # second sitting that finds it finished and only reports.
+  records = tmp_path / "records"
+  common = [
+    "--sweep=configs/sweeps/ablations.py:runlocal=True,arms=grpo,seeds=2",
+    f"--root={tmp_path / 'runs'}",
+    f"--records={records}",
+    f"--results={tmp_path / 'results'}",
+    "--ood_seeds=3000000:3000002",
+    "--ood_samples=1",
+    "--draws=50",
+    f"--data_dir={tmp_path / 'data'}",
+  ]
+  out = _script(*common, "--max_runs=1", timeout=900)
+  assert "running grpo_s0" in out and "--max_runs=1 reached" in out and "1/2 runs" in out
+  files = sorted(os.listdir(records / "grpo_s0"))
+  assert files == ["config.json", "metrics.jsonl", "ood.json", "record.json", "summary.json"]
+  size = sum(os.path.getsize(records / "grpo_s0" / f) for f in files)
+  assert size < 500_000
+  summary = json.load(open(records / "grpo_s0" / "summary.json"))
+  assert len(summary["final_test_tasks"]) == 2
+  ood = json.load(open(records / "grpo_s0" / "ood.json"))
+  assert [r["task_id"].split("-")[1] for r in ood["per_task"]] == ["3000000", "3000001"]
+  again = _script(*common, "--aggregate_only")
+  assert "running" not in again and "1/2 runs" in again
+  md = (tmp_path / "results" / "ablations_runlocal_default.md").read_text()
+  assert "**1 of 2 runs finished**" in md

@@ -13,7 +13,15 @@
     python experiments/reproduce_ablations.py --root=runs/ablations_small \\
         --sweep=configs/sweeps/ablations.py:preset=small,arms=gagar_paper
 
-Presets: small (4 arms x 3 seeds within 90 minutes on 2 CPU cores), runlocal (tests).
+    # the powered sweep (results/ablations.md): 6 arms x 4 seeds x 150 steps, final test
+    # 256 tasks x 8 samples paired across arms, out-of-distribution tasks; hours of CPU,
+    # resumable: each finished run's record is kept in results/sweeps/powered_<world>/
+    python experiments/reproduce_ablations.py \\
+        --sweep=configs/sweeps/ablations.py:preset=powered,world=pressure --max_runs=2
+
+Presets: small (4 arms x 3 seeds within 90 minutes on 2 CPU cores), powered (the powered
+sweep), runlocal (tests). world=default|pressure picks the MiniRepo world
+(configs/common.py apply_world).
 """
 
 from configs import common
@@ -22,6 +30,8 @@ from gagar_jax.arms import ARMS
 # The arms of the committed sweep (results/ablations.md); gagar_paper (the paper's tiered
 # protocol) and gagar_lm are added with arms=...+gagar_paper.
 DEFAULT_ARMS = ("grpo", "gagar", "gagar_no_rescale", "reward_shaping")
+# The powered sweep's arms (issue 18): every claim's comparison.
+POWERED_ARMS = ("grpo", "gagar", "gagar_paper", "gagar_no_rescale", "reward_shaping", "gagar_lm")
 # Sweep arm name -> config arg of configs/gagar.py.
 ARM_CONFIGS = {
   **{arm: f"arm={arm}" for arm in ARMS},
@@ -56,6 +66,21 @@ PRESETS = {
     "eval.final_tasks": 2,
     "eval.group_size": 2,
     "checkpoint_every": 1,
+    "suite.minirepo.n_train": 48,
+    "suite.minirepo.n_validation": 8,
+    "suite.minirepo.n_test": 8,
+  },
+  # 150 RL steps; validation 32 tasks x 8 every 25 steps; final test 256 tasks x 8 samples
+  # (the same tasks and sampling key for every arm of a seed)
+  "powered": {
+    "steps": 150,
+    "num_groups": 6,
+    "eval.every_steps": 25,
+    "eval.tasks": 32,
+    "eval.group_size": 8,
+    "eval.final_tasks": 256,
+    "suite.minirepo.n_test": 256,
+    "checkpoint_every": 25,
   },
   "full": {
     "steps": 60,
@@ -69,8 +94,12 @@ PRESETS = {
 
 
 def get_sweep(arg=None):
-  args = common.parse_arg(arg, preset="small", seeds=3, runlocal=False, arms="+".join(DEFAULT_ARMS))
-  seeds = list(range(args.seeds))
+  args = common.parse_arg(arg, preset="small", seeds=0, runlocal=False, arms="", world="default")
+  powered = args.preset == "powered"
+  seeds = list(range(args.seeds or (4 if powered else 3)))
+  args.arms = args.arms or "+".join(POWERED_ARMS if powered else DEFAULT_ARMS)
+  if args.world not in common.WORLDS:
+    raise ValueError(f"world={args.world!r}: must be one of {common.WORLDS}")
   arms = args.arms.split("+")
   for arm in arms:
     if arm not in ARM_CONFIGS:
@@ -81,8 +110,11 @@ def get_sweep(arg=None):
   for arm in arms:
     for seed in seeds:
       config = f"configs/gagar.py:{ARM_CONFIGS[arm]},seed={seed}"
+      if args.world != "default":
+        config += f",world={args.world}"
       overrides = PRESETS["runlocal" if args.runlocal else args.preset]
       runs.append(
         {"name": f"{arm}_s{seed}", "arm": arm, "config": config, "overrides": dict(overrides)}
       )
-  return {"runs": runs, "seeds": seeds}
+  name = f"{'runlocal' if args.runlocal else args.preset}_{args.world}"
+  return {"runs": runs, "seeds": seeds, "name": name, "world": args.world}
