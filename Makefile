@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 WORKDIR ?= runs/gagar_demo
 
-.PHONY: install run sft grader serve-grader sampler-demo test lint bench clean
+.PHONY: install run sft sft-pressure grader serve-grader sampler-demo test lint bench clean
 
 $(STAMP): pyproject.toml requirements.lock
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,11 @@ run: $(STAMP)
 sft: $(STAMP)
 	$(BIN)/python experiments/sft.py --config=configs/sft.py --workdir=runs/sft --export=assets/pre_rl
 
+# Remakes assets/pre_rl_pressure (the pressure world's warm start: assets/pre_rl fine-tuned).
+sft-pressure: $(STAMP)
+	$(BIN)/python experiments/sft.py --config=configs/sft.py:world=pressure \
+		--workdir=runs/sft_pressure --export=assets/pre_rl_pressure
+
 # Remakes assets/lm_grader (the SFT-trained LM grader) from groups the pre-RL policy samples.
 grader: $(STAMP)
 	$(BIN)/python experiments/sft.py --config=configs/grader_sft.py --workdir=runs/grader \
@@ -42,7 +47,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 test: lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 bench: $(STAMP)
 	$(BIN)/python experiments/bench.py

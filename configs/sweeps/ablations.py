@@ -27,7 +27,7 @@ sweep), runlocal (tests). world=default|pressure picks the MiniRepo world
 from configs import common
 from gagar_jax.arms import ARMS
 
-# The arms of the committed sweep (results/ablations.md); gagar_paper (the paper's tiered
+# The arms of the small sweep (results/ablations_small.md); gagar_paper (the paper's tiered
 # protocol) and gagar_lm are added with arms=...+gagar_paper.
 DEFAULT_ARMS = ("grpo", "gagar", "gagar_no_rescale", "reward_shaping")
 # The powered sweep's arms (issue 18): every claim's comparison.
