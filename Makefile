@@ -5,6 +5,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 WORKDIR ?= runs/gagar_demo
+# A persistent XLA compilation cache: programs compiled once are reused by later runs.
+export JAX_COMPILATION_CACHE_DIR ?= $(CURDIR)/.cache/xla
+export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS ?= 0.05
 
 .PHONY: install run sft sft-pressure grader serve-grader sampler-demo test lint bench clean
 
@@ -53,4 +56,4 @@ bench: $(STAMP)
 	$(BIN)/python experiments/bench.py
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) runs .cache .pytest_cache .ruff_cache

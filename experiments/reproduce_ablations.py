@@ -176,6 +176,7 @@ def load_run(record_dir: str) -> dict:
         "passing_dead_code",
         "passing_redundant",
         "passing_hack",
+        "passing_invalid",
         "passing_bloated",
       )
     },
@@ -213,6 +214,7 @@ TABLE_STATS = [
   ("passing: dead code", stats.habit_share("dead_code"), False),
   ("passing: redundant action", stats.habit_share("redundant"), False),
   ("passing: special-cased input (hack)", stats.habit_share("hack"), False),
+  ("passing: invalid action (junk turn)", stats.habit_share("invalid"), False),
 ]
 LEVEL_STATS = [
   ("best validation pass@1", "best_val_pass@1"),
@@ -230,6 +232,13 @@ CLAIMS = [
   ("GAGAR resolves more tasks than GRPO (pass@8)", "gagar", "grpo", "test pass@8", True),
   ("... also out of distribution", "gagar", "grpo", "ood pass@1", True),
   ("GAGAR curbs trajectory-length growth", "gagar", "grpo", "token_growth", False),
+  (
+    "... fewer junk turns in passing episodes",
+    "gagar",
+    "grpo",
+    "passing: invalid action (junk turn)",
+    False,
+  ),
   ("GAGAR trains more stably (gradient-norm variance)", "gagar", "grpo", "grad_norm_var", False),
   ("GAGAR's passing solutions are cleaner", "gagar", "grpo", "passing: any bloat", False),
   ("... fewer out-of-scope edits", "gagar", "grpo", "passing: out-of-scope edit", False),
@@ -365,7 +374,7 @@ def plot(arms: dict[str, dict[int, dict]], path: str) -> None:
     ("curve", "episode_tokens", "validation episode tokens"),
     ("train", "passing_out_of_scope", "passing: out-of-scope share (train)"),
     ("train", "passing_hack", "passing: hack share (train)"),
-    ("train", "passing_redundant", "passing: redundant-action share (train)"),
+    ("train", "passing_invalid", "passing: invalid-action share (train)"),
     ("train", "grad_norm", "gradient norm (train)"),
     ("train", "entropy", "policy entropy (train)"),
     ("train", "adv_abs_moved", "credit moved (train)"),

@@ -39,6 +39,7 @@ def quality_metrics(trajectories: Sequence) -> dict[str, float]:
     "passing_excess_diff": share(lambda s: s.excess_diff_lines > 0),
     "passing_untested": share(lambda s: not s.tested),
     "passing_hack": share(lambda s: s.hack),
+    "passing_invalid": share(lambda s: s.invalid_actions > 0),
     "passing_diff_lines": float(np.mean([t.signals.diff_lines for t in winners])),
   }
 
@@ -49,6 +50,7 @@ HABITS = {
   "dead_code": lambda s: s.dead_code > 0,
   "redundant": lambda s: s.redundant,
   "hack": lambda s: s.hack,
+  "invalid": lambda s: s.invalid_actions > 0,
 }
 
 

@@ -97,6 +97,7 @@ def batch_metrics(groups) -> dict[str, float]:
         "passing_dead_code",
         "passing_redundant",
         "passing_hack",
+        "passing_invalid",
       )
       if k in q
     }

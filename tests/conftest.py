@@ -7,6 +7,12 @@ os.environ["XLA_FLAGS"] = (
   os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# A persistent XLA compilation cache shared by the test process and every script it runs
+# (train.py, evaluate.py, ...): the same programs compile once per machine, not once per
+# subprocess. Keys are the programs and flags, so stale entries are never reused.
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(_REPO, ".cache", "xla"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.05")
 
 import jax  # noqa: E402
 import pytest  # noqa: E402

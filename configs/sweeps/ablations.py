@@ -107,8 +107,9 @@ def get_sweep(arg=None):
   if args.preset not in PRESETS:
     raise ValueError(f"preset={args.preset!r}: must be one of {sorted(PRESETS)}")
   runs = []
-  for arm in arms:
-    for seed in seeds:
+  # Seed-major: a partial sweep has every arm at its first seeds.
+  for seed in seeds:
+    for arm in arms:
       config = f"configs/gagar.py:{ARM_CONFIGS[arm]},seed={seed}"
       if args.world != "default":
         config += f",world={args.world}"
