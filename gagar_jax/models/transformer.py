@@ -289,13 +289,8 @@ class Attention(nnx.Module):
       parts = []
       for start in range(0, t, chunk):
         end = min(start + chunk, t)
-        visible = jnp.arange(end)[None, :] <= jnp.arange(start, end)[:, None]
-        # An additive bias, not a select: its backward needs no mask, so XLA never
-        # materialises the mask broadcast over [B, K, G * T, S] (a select's residual).
-        bias = jnp.where(visible, 0.0, MASKED)[None]
-        parts.append(
-          _attend(q[:, :, :, start:end], keys[:, :, :end], values[:, :, :end], None, c, bias)
-        )
+        mask = (jnp.arange(end)[None, :] <= jnp.arange(start, end)[:, None])[None]
+        parts.append(_attend(q[:, :, :, start:end], keys[:, :, :end], values[:, :, :end], mask, c))
       out = parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=3)
       new_cache = None
     else:
@@ -318,16 +313,10 @@ class Attention(nnx.Module):
 CAUSAL_CHUNK = 128
 
 
-# Added to the scores of masked slots: exp(score + MASKED - max) is exactly 0 in float32,
-# as with a select of finfo.min, and the softmax of the visible slots is unchanged.
-MASKED = -1e9
-
-
-def _attend(q, keys, values, mask, c: ModelConfig, bias=None):
+def _attend(q, keys, values, mask, c: ModelConfig):
   """Softmax attention of `q [B, K, G, T, H]` over `keys/values [B, K, S, H]`.
 
-  `mask [B or 1, T, S]` says which slots each query sees (or `bias [B or 1, T, S]`,
-  0 where visible and MASKED where not, added to the scores). The G query heads that
+  `mask [B or 1, T, S]` says which slots each query sees. The G query heads that
   share a kv head and the T positions form one query axis, so this is two 4-D
   batched matmuls over (B, K): XLA:CPU runs those several times faster than a 5-D
   einsum with separate group and time axes. Returns `[B, K, G, T, H]`.
@@ -336,14 +325,10 @@ def _attend(q, keys, values, mask, c: ModelConfig, bias=None):
   s_len = keys.shape[2]
   scores = jnp.einsum("bkqh,bksh->bkqs", q.reshape(b, kh, groups * t, hd), keys.astype(q.dtype))
   scores = scores.astype(jnp.float32) / math.sqrt(hd)
-  if bias is not None:
-    bias = jnp.broadcast_to(bias[:, None, None], (bias.shape[0], 1, groups, t, s_len))
-    scores = scores + bias.reshape(bias.shape[0], 1, groups * t, s_len)
-  else:
-    mask = jnp.broadcast_to(mask[:, None, None], (mask.shape[0], 1, groups, t, s_len))
-    scores = jnp.where(
-      mask.reshape(mask.shape[0], 1, groups * t, s_len), scores, jnp.finfo(jnp.float32).min
-    )
+  mask = jnp.broadcast_to(mask[:, None, None], (mask.shape[0], 1, groups, t, s_len))
+  scores = jnp.where(
+    mask.reshape(mask.shape[0], 1, groups * t, s_len), scores, jnp.finfo(jnp.float32).min
+  )
   probs = jax.nn.softmax(scores, axis=-1).astype(c.compute_dtype)
   out = jnp.einsum("bkqs,bksh->bkqh", probs, values.astype(c.compute_dtype))
   return out.reshape(b, kh, groups, t, hd)
