@@ -223,7 +223,7 @@ LEVEL_STATS = [
   ("relative episode-length growth", "relative_token_growth"),
   ("gradient-norm variance over training", "grad_norm_var"),
   ("policy entropy, last quarter of training", "entropy_end"),
-  ("credit moved per step (mean |adv change|)", "credit_moved"),
+  ("credit moved per step (mean absolute advantage change)", "credit_moved"),
 ]
 # (claim, arm a, arm b, figure, higher is claimed for a - b). figure: a TABLE_STATS label
 # (paired bootstrap over seeds and tasks), a LEVEL_STATS key (over seeds), or "ood pass@1".
@@ -399,9 +399,10 @@ def plot(arms: dict[str, dict[int, dict]], path: str) -> None:
       ys = []
       for s, v in curves:
         v = np.interp(grid, s, v)
-        if source == "train":  # a moving average over up to 10 steps
-          w = min(10, len(v))
-          v = np.convolve(v, np.ones(w) / w, mode="same")
+        if source == "train":  # a trailing mean over up to 10 steps (no edge effects)
+          c = np.concatenate([[0.0], np.cumsum(v)])
+          lo = np.maximum(np.arange(len(v)) - 9, 0)
+          v = (c[1:] - c[lo]) / (np.arange(len(v)) + 1 - lo)
         ys.append(v)
       ys = np.array(ys)
       mean = np.nanmean(ys, 0)
