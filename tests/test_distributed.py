@@ -4,6 +4,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import jax
 import numpy as np
@@ -72,6 +73,11 @@ def test_two_process_training_matches_single_process(tmp_path):
     np.testing.assert_allclose(a[f"arr_{i}"], ref, atol=1e-5)
 
 
+def _built(path: str) -> bool:
+  """Whether a TFDS dataset under `path` is complete (its dataset_info.json written)."""
+  return any("dataset_info.json" in files for _, _, files in os.walk(path))
+
+
 def _launch(port, workdir, data_dir, process_id):
   env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
   env.update(PYTHONPATH=REPO, JAX_PLATFORMS="cpu")
@@ -120,9 +126,17 @@ def test_train_py_as_two_processes_kill_and_resume(tmp_path):
       assert p.returncode == 0, f"process {i}:\n{out[-4000:]}"
     return outs
 
+  # The uninterrupted run and the one to kill run side by side (it halves the test's
+  # wall time). They share the TFDS data: the straight pair builds it, the other pair
+  # starts once it is complete (two builders must not write one dataset at once).
   straight = str(tmp_path / "straight")
-  finish(straight)
+  straight_port = _free_port()
+  straight_procs = [_launch(straight_port, straight, data_dir, i) for i in range(2)]
   # Killed (SIGKILL, both) once process 0 has logged step 2; then resumed to the end.
+  built = os.path.join(data_dir, "minirepo")
+  deadline = time.time() + 600
+  while not _built(built) and time.time() < deadline:
+    time.sleep(1)
   port = _free_port()
   procs = [_launch(port, workdir, data_dir, i) for i in range(2)]
   seen = []
@@ -136,6 +150,13 @@ def test_train_py_as_two_processes_kill_and_resume(tmp_path):
       p.kill()
       p.wait(timeout=60)
   assert procs[0].returncode == -signal.SIGKILL, "".join(seen)[-3000:]
+  try:
+    straight_outs = [p.communicate(timeout=600)[0] for p in straight_procs]
+  finally:
+    for p in straight_procs:
+      p.kill()
+  for i, (p, out) in enumerate(zip(straight_procs, straight_outs, strict=True)):
+    assert p.returncode == 0, f"straight process {i}:\n{out[-4000:]}"
   outs = finish(workdir)
   assert "resumed from step" in outs[0] and "[train] done" in outs[0]
   assert "[train]" not in outs[1]  # progress from process 0 only
