@@ -441,7 +441,9 @@ def write_report(sweep, runs, records: str, command: str, path: str, png: str) -
     "Each line: arm a minus arm b, the point estimate and its 95% bootstrap confidence "
     "interval (over seeds and test tasks, paired, for evaluation figures; over seeds for "
     "run-level ones). 'supported': the interval excludes 0 in the claimed direction; "
-    "'contradicted': it excludes 0 the other way; 'not resolved': it contains 0.",
+    "'contradicted': it excludes 0 the other way; 'not resolved': it contains 0; 'not "
+    "measurable': a run-level figure with one seed. With one seed the evaluation intervals "
+    "are over tasks only (seed-to-seed variation not yet in them).",
     "",
     "| claim | a - b | figure | difference [95% CI] | over | seeds | verdict |",
     "| --- | --- | --- | --- | --- | --- | --- |",

@@ -147,11 +147,14 @@ def seed_bootstrap(
   level: float = 0.95,
 ) -> tuple[float, float, float]:
   """(mean of a - b over common seeds, CI low, CI high) for run-level figures (length
-  growth, gradient-norm variance): the paired seed differences resampled."""
+  growth, gradient-norm variance): the paired seed differences resampled. With one seed
+  there is no interval (NaN bounds: 'not measurable')."""
   seeds = sorted(set(a) & set(b))
   if not seeds:
     raise ValueError("no seed in common: nothing to pair")
   diffs = np.array([a[s] - b[s] for s in seeds], float)
+  if len(diffs) < 2:
+    return float(diffs.mean()), float("nan"), float("nan")
   rng = np.random.default_rng(seed)
   boot = rng.choice(diffs, (draws, len(diffs))).mean(1)
   lo, hi = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])

@@ -96,3 +96,5 @@ def test_seed_bootstrap_and_mean_se():
   assert stats.mean_se([1.0, 2.0, 3.0]) == pytest.approx((2.0, 1.0 / np.sqrt(3)))
   with pytest.raises(ValueError, match="no seed in common"):
     stats.seed_bootstrap({0: 1.0}, {1: 1.0})
+  point, lo, hi = stats.seed_bootstrap({0: 1.0}, {0: 0.5})  # one seed: no interval
+  assert point == 0.5 and stats.verdict(point, lo, hi, True) == "not measurable"
