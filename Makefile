@@ -5,6 +5,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 WORKDIR ?= runs/gagar_demo
+# Test processes (pytest-xdist; each module's tests stay in one process).
+TEST_WORKERS ?= 2
 # A persistent XLA compilation cache: programs compiled once are reused by later runs.
 export JAX_COMPILATION_CACHE_DIR ?= $(CURDIR)/.cache/xla
 export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS ?= 0.05
@@ -50,7 +52,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 test: lint
-	$(BIN)/python -m pytest -q --durations=15
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 bench: $(STAMP)
 	$(BIN)/python experiments/bench.py
