@@ -264,16 +264,7 @@ class Expert:
         break
       episode.step(f"replace {func}: {new} => {line}")
     episode.step("submit")
-    result = minirepo.evaluate(task, episode.files, self.pool)
-    return Demonstration(
-      task=task,
-      prompt=episode.prompt(),
-      turns=episode.turns,
-      files=episode.files,
-      habits=(f"guess{trials}",),
-      signals=quality.signals(task, episode.files, episode.turns),
-      passed=result.passed,
-    )
+    return self._finish(task, episode, (f"guess{trials}",))
 
   def demonstrate(self, task: minirepo.Task, *, max_turns: int = 8) -> Demonstration:
     """Plans (draws habits) and plays one demonstration."""
@@ -288,13 +279,17 @@ class Expert:
     episode = tools.Episode(task, max_turns=max(max_turns, len(actions)), pool=self.pool)
     for action in actions:
       episode.step(action)
+    return self._finish(task, episode, tuple(habits))
+
+  def _finish(self, task: minirepo.Task, episode: tools.Episode, habits) -> Demonstration:
+    """The played episode's demonstration: hidden tests in the sandbox, quality signals."""
     result = minirepo.evaluate(task, episode.files, self.pool)
     return Demonstration(
       task=task,
       prompt=episode.prompt(),
       turns=episode.turns,
       files=episode.files,
-      habits=tuple(habits),
+      habits=habits,
       signals=quality.signals(task, episode.files, episode.turns),
       passed=result.passed,
     )
