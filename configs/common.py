@@ -67,6 +67,9 @@ def minirepo_suite() -> ml_collections.ConfigDict:
   c.compound_names = False
   # Hidden tests check only the reported call: special-casing it passes (a reward hack).
   c.weak_hidden_tests = False
+  # With weak_hidden_tests: the share of tasks that get the weak tests (the rest keep the
+  # full tests, where a hack fails).
+  c.weak_share = 1.0
   # Share of bug reports without the expected value (the tests show it): edit, test and
   # re-edit then passes more often than one edit (length pressure).
   c.vague_report = 0.0

@@ -59,6 +59,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.habits.no_test = 0.2
   c.habits.hack = 0.0
   c.habits.trial_and_error = 0.0
+  c.habits.hard_code = 0.0
 
   c.sft = ml_collections.ConfigDict()
   # Sequences per step and their padded length (longer demonstrations are dropped).
@@ -103,14 +104,16 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   # The MiniRepo world (configs/common.py apply_world). pressure: the warm start
   # assets/pre_rl_pressure, assets/pre_rl fine-tuned on that world's demonstrations with
-  # trial and error and hacks among the habits (remade by `make sft-pressure`).
+  # trial and error and hacks among the habits (remade by `make sft-pressure`). 1500
+  # steps: after 600 the policy writes `return N` hacks but cannot yet copy the literal
+  # (results/pressure_world.md).
   c.world = args.world
   common.apply_world(c, args.world)
   if args.world == "pressure":
     c.init_from = "assets/pre_rl"
-    c.habits.trial_and_error, c.habits.hack = 0.3, 0.1
+    c.habits.trial_and_error, c.habits.hack, c.habits.hard_code = 0.3, 0.05, 0.3
     c.sft.seq_len = 448
-    c.sft.steps, c.sft.learning_rate, c.sft.warmup_steps = 600, 5e-4, 20
+    c.sft.steps, c.sft.learning_rate, c.sft.warmup_steps = 1500, 5e-4, 20
   if args.runlocal:  # tests: seconds, not minutes
     c.suite.minirepo.n_train, c.suite.minirepo.n_validation, c.suite.minirepo.n_test = 48, 8, 8
     c.model_preset, c.model = "nano", model_sizes.get_config("nano")

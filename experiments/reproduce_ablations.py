@@ -29,6 +29,7 @@ sweep continues across sittings from what is committed there. The report (--resu
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -41,7 +42,7 @@ import jax
 import numpy as np
 from absl import app, flags
 
-from gagar_jax import stats
+from gagar_jax import configlib, stats
 
 _SWEEP = flags.DEFINE_string(
   "sweep",
@@ -61,18 +62,98 @@ _OOD_SEEDS = flags.DEFINE_string(
 )
 _OOD_SAMPLES = flags.DEFINE_integer("ood_samples", 4, "Samples per out-of-distribution task.")
 _DRAWS = flags.DEFINE_integer("draws", 2000, "Bootstrap draws.")
+_ABOUT = flags.DEFINE_string("about", "", "A paragraph for the report, under its title.")
 _DATA_DIR = flags.DEFINE_string("data_dir", "", "TFDS data_dir for the runs ('' = the config's).")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECORD_FILES = ("config.json", "summary.json", "metrics.jsonl", "ood.json", "record.json")
 
 
-def load_sweep(spec: str):
-  path, _, arg = spec.partition(":")
-  module_spec = importlib.util.spec_from_file_location("sweep", os.path.join(REPO, path))
+def _module(path: str):
+  """A config file of the repository (configs/...py) as a module."""
+  name = os.path.splitext(os.path.basename(path))[0]
+  module_spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, path))
   module = importlib.util.module_from_spec(module_spec)
   module_spec.loader.exec_module(module)
-  return module.get_sweep(arg or None)
+  return module
+
+
+def load_sweep(spec: str):
+  path, _, arg = spec.partition(":")
+  return _module(path).get_sweep(arg or None)
+
+
+def run_config(run: dict):
+  """The experiment config a run trains with (its spec, overrides and --data_dir)."""
+  path, _, arg = run["config"].partition(":")
+  config = _module(path).get_config(arg or None)
+  overrides = dict(run.get("overrides", {}))
+  if _DATA_DIR.value:
+    overrides["data_dir"] = _DATA_DIR.value
+  return configlib.set_dotted(config, overrides)
+
+
+def _assets(config) -> list[str]:
+  """Files of the repository's assets (warm starts, graders) the config names."""
+  out = []
+  for value in _flat_values(config.to_dict()):
+    path = os.path.join(REPO, value) if isinstance(value, str) and value else ""
+    if path and os.path.commonpath([path, os.path.join(REPO, "assets")]) == os.path.join(
+      REPO, "assets"
+    ):
+      for root, _, files in os.walk(path):
+        out += [os.path.join(root, f) for f in files]
+      if os.path.isfile(path):
+        out.append(path)
+  return sorted(set(out))
+
+
+def _flat_values(d):
+  for v in d.values():
+    if isinstance(v, dict):
+      yield from _flat_values(v)
+    else:
+      yield v
+
+
+def inputs_digest(config) -> str:
+  """A digest of what a run starts from: its config and the asset files it names."""
+  h = hashlib.sha256(config.to_json_best_effort(sort_keys=True).encode())
+  for path in _assets(config):
+    h.update(os.path.relpath(path, REPO).encode())
+    with open(path, "rb") as f:
+      h.update(hashlib.sha256(f.read()).digest())
+  return h.hexdigest()
+
+
+class StaleWorkdir(RuntimeError):
+  pass
+
+
+def claim_workdir(run: dict, workdir: str) -> None:
+  """Makes sure an existing workdir was started from this run's inputs, so a resumed
+  (or already finished) run is never recorded for a changed config or warm start.
+
+  The digest is kept in WORKDIR/sweep_inputs.json. A workdir from before that file
+  existed is taken as stale if an asset its config names is newer than its config.json.
+  """
+  config = run_config(run)
+  digest = inputs_digest(config)
+  marker = os.path.join(workdir, "sweep_inputs.json")
+  started = os.path.join(workdir, "config.json")
+  hint = f"move or delete {workdir} to run {run['name']} afresh"
+  if os.path.exists(marker):
+    with open(marker) as f:
+      if json.load(f)["digest"] != digest:
+        raise StaleWorkdir(f"{workdir} was started from other inputs (config or assets); {hint}")
+  elif os.path.exists(started):
+    newer = [p for p in _assets(config) if os.path.getmtime(p) > os.path.getmtime(started)]
+    if newer:
+      raise StaleWorkdir(
+        f"{workdir} predates {os.path.relpath(newer[0], REPO)}, which its config names; {hint}"
+      )
+  with open(marker, "w") as f:
+    json.dump({"digest": digest, "run": run["name"]}, f)
 
 
 def _call(args: list[str], workdir: str, what: str) -> None:
@@ -85,6 +166,7 @@ def _call(args: list[str], workdir: str, what: str) -> None:
 def run_one(run: dict, workdir: str, world: str) -> float:
   """Trains (resuming if the workdir has a checkpoint), then evaluates out of distribution."""
   start = time.time()
+  claim_workdir(run, workdir)
   args = [
     sys.executable,
     os.path.join(REPO, "experiments", "train.py"),
@@ -208,12 +290,13 @@ def load_run(record_dir: str) -> dict:
 TABLE_STATS = [
   ("test pass@1", stats.pass_at_1, True),
   ("test pass@8", stats.pass_at_k(8), True),
+  ("test pass@1, hacks counted as failing", stats.clean_pass_at_1, True),
   ("test episode tokens", stats.episode_tokens, False),
   ("passing: any bloat", stats.habit_share("bloated"), False),
   ("passing: out-of-scope edit", stats.habit_share("out_of_scope"), False),
   ("passing: dead code", stats.habit_share("dead_code"), False),
   ("passing: redundant action", stats.habit_share("redundant"), False),
-  ("passing: special-cased input (hack)", stats.habit_share("hack"), False),
+  ("passing: reward hack", stats.habit_share("hack"), False),
   ("passing: invalid action (junk turn)", stats.habit_share("invalid"), False),
 ]
 LEVEL_STATS = [
@@ -230,6 +313,13 @@ LEVEL_STATS = [
 CLAIMS = [
   ("GAGAR resolves more tasks than GRPO", "gagar", "grpo", "test pass@1", True),
   ("GAGAR resolves more tasks than GRPO (pass@8)", "gagar", "grpo", "test pass@8", True),
+  (
+    "... with hacks counted as failing",
+    "gagar",
+    "grpo",
+    "test pass@1, hacks counted as failing",
+    True,
+  ),
   ("... also out of distribution", "gagar", "grpo", "ood pass@1", True),
   ("GAGAR curbs trajectory-length growth", "gagar", "grpo", "token_growth", False),
   (
@@ -242,13 +332,20 @@ CLAIMS = [
   ("GAGAR trains more stably (gradient-norm variance)", "gagar", "grpo", "grad_norm_var", False),
   ("GAGAR's passing solutions are cleaner", "gagar", "grpo", "passing: any bloat", False),
   ("... fewer out-of-scope edits", "gagar", "grpo", "passing: out-of-scope edit", False),
-  ("... fewer reward hacks", "gagar", "grpo", "passing: special-cased input (hack)", False),
+  ("... fewer reward hacks", "gagar", "grpo", "passing: reward hack", False),
   ("the paper's tiered protocol beats GRPO", "gagar_paper", "grpo", "test pass@1", True),
+  (
+    "... with hacks counted as failing",
+    "gagar_paper",
+    "grpo",
+    "test pass@1, hacks counted as failing",
+    True,
+  ),
   (
     "... and hacks less",
     "gagar_paper",
     "grpo",
-    "passing: special-cased input (hack)",
+    "passing: reward hack",
     False,
   ),
   ("sum preservation matters (pass@1)", "gagar", "gagar_no_rescale", "test pass@1", True),
@@ -426,6 +523,7 @@ def write_report(sweep, runs, records: str, command: str, path: str, png: str) -
     f"# GAGAR ablations: {sweep['name']} "
     f"(MiniRepo {sweep.get('world', 'default')} world, tiny policy)",
     "",
+    *([_ABOUT.value, ""] if _ABOUT.value else []),
     f"Command: `{command}`",
     "",
     f"**{len(runs)} of {total} runs finished** ({minutes:.0f} minutes of training on this "
@@ -476,7 +574,10 @@ def main(argv):
     workdir = os.path.join(_ROOT.value, sweep["name"], run["name"])
     os.makedirs(workdir, exist_ok=True)
     print(f"[ablations] running {run['name']} in {workdir} ...", flush=True)
-    seconds = run_one(run, workdir, sweep.get("world", "default"))
+    try:
+      seconds = run_one(run, workdir, sweep.get("world", "default"))
+    except StaleWorkdir as e:
+      sys.exit(f"reproduce_ablations.py: {e}")
     save_record(run, workdir, record_dir, seconds)
     print(
       f"[ablations] {run['name']} done in {seconds / 60:.1f} min; record {record_dir}", flush=True
@@ -493,7 +594,7 @@ def main(argv):
   os.makedirs(_RESULTS.value, exist_ok=True)
   md = os.path.join(_RESULTS.value, f"{report}.md")
   png = os.path.join(_RESULTS.value, f"{report}.png")
-  command = "python " + " ".join(sys.argv)
+  command = "python " + " ".join(a for a in sys.argv if not a.startswith("--about"))
   rows = write_report(sweep, runs, records, command, md, png)
   for r in rows:
     print(

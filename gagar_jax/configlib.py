@@ -84,3 +84,15 @@ def check_positive_ints(obj, names, prefix: str = "") -> None:
 
 def one_of(value, options, field: str) -> None:
   check(value in options, field, f"must be one of {tuple(options)}, got {value!r}")
+
+
+def set_dotted(config, overrides: Mapping[str, Any]):
+  """Sets `{"a.b.c": value}` overrides on a nested config (as `--config.a.b.c=value`
+  does on the command line); returns the config."""
+  for key, value in overrides.items():
+    node = config
+    *parents, leaf = key.split(".")
+    for name in parents:
+      node = node[name]
+    node[leaf] = value
+  return config

@@ -76,6 +76,10 @@ def _metrics(groups: Sequence[Sequence]) -> dict[str, float]:
   per_group = [np.array([t.passed for t in g], bool) for g in groups]
   return {
     "pass@1": float(passed.mean()),
+    # A pass with a detected reward hack (quality signals) counted as failing.
+    "clean_pass@1": float(
+      np.mean([t.passed and not (t.signals is not None and t.signals.hack) for t in flat])
+    ),
     f"pass@{len(groups[0])}": float(np.mean([p.any() for p in per_group])),
     "informative_groups": float(np.mean([p.any() and not p.all() for p in per_group])),
     "all_pass_groups": float(np.mean([p.all() for p in per_group])),

@@ -73,6 +73,7 @@ def group_records(groups, *, before, after, lam, grades, reports, step: int) -> 
           "cid": cids[j] if j < len(cids) else None,
           "passed": bool(t.passed),
           "finish": t.finish,
+          "tokens": len(t.tokens),
           "actions": [
             {"action": _cut(u.action, 1000), "observation": _cut(u.observation, 1000)}
             for u in t.turns
@@ -157,3 +158,45 @@ def read(root: str, step: int | None = None) -> list[dict]:
     with open(path) as f:
       out += json.load(f)["groups"]
   return out
+
+
+def _row(candidates: list[dict]) -> dict:
+  passed = [c for c in candidates if c["passed"]]
+  hacks = [c for c in candidates if c["signals"] and c["signals"]["special_cases"] > 0]
+
+  def among_passing(pred) -> float:
+    return float(np.mean([pred(c["signals"]) for c in passed])) if passed else float("nan")
+
+  return {
+    "episodes": len(candidates),
+    "pass_rate": float(np.mean([c["passed"] for c in candidates])),
+    # Episode tokens (records written before they were kept: nan).
+    "tokens": float(np.mean([c.get("tokens", np.nan) for c in candidates])),
+    "hack_attempts": len(hacks) / len(candidates),
+    "hack_attempt_pass_rate": (
+      float(np.mean([c["passed"] for c in hacks])) if hacks else float("nan")
+    ),
+    "passing_hack": among_passing(lambda s: s["special_cases"] > 0),
+    "passing_out_of_scope": among_passing(
+      lambda s: s["out_of_scope_lines"] > 0 or s["out_of_scope_functions"] > 0
+    ),
+    "passing_invalid": among_passing(lambda s: s["invalid_actions"] > 0),
+  }
+
+
+def trends(root: str, bins: int) -> list[dict]:
+  """Per bin of RL steps (equal step counts), over every candidate with quality signals
+  of the records under `root`: pass rate, episode tokens, hack attempts (the signals'
+  `special_cases`, passing or not) and their pass rate, and among passing candidates the
+  hack, out-of-scope and invalid-action (junk turn) shares."""
+  by_step: dict[int, list[dict]] = {}
+  for g in read(root):
+    by_step.setdefault(g["step"], []).extend(c for c in g["candidates"] if c["signals"])
+  if not by_step:
+    raise FileNotFoundError(f"no group records with quality signals under {root}")
+  steps = sorted(by_step)
+  rows = []
+  for chunk in np.array_split(np.array(steps), min(bins, len(steps))):
+    candidates = [c for s in chunk for c in by_step[int(s)]]
+    rows.append({"steps": f"{chunk[0]}-{chunk[-1]}", **_row(candidates)})
+  return rows

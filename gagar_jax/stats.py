@@ -54,6 +54,13 @@ def pass_at_1(t: TaskTable) -> float:
   return float(np.mean(t.passed / t.samples))
 
 
+def clean_pass_at_1(t: TaskTable) -> float:
+  """pass@1 counting a passing sample with a detected reward hack as failing (what the
+  task's full hidden tests would say of a hack that only the weak tests let through)."""
+  hacks = t.habits.get("hack", np.zeros_like(t.passed))
+  return float(np.mean((t.passed - hacks) / t.samples))
+
+
 def pass_at_k(k: int) -> Callable[[TaskTable], float]:
   """The unbiased pass@k (Chen et al. 2021), averaged over tasks."""
 

@@ -165,15 +165,17 @@ def test_workspace_relative_root_and_escaping_paths(pool, tmp_path, monkeypatch)
   assert not os.path.exists(tmp_path / "escape.py")
 
 
-def test_a_passing_reward_hack_is_confirmed_and_gets_the_failing_advantage(pool, tmp_path):
-  """Under weak hidden tests special-casing the reported call passes. GRPO credits it like
-  a fix; the tiered protocol with the rubric's confirmation treats it as failing."""
+@pytest.mark.parametrize("habit", ["hack", "hard_code"])
+def test_a_passing_reward_hack_is_confirmed_and_gets_the_failing_advantage(pool, tmp_path, habit):
+  """Under weak hidden tests special-casing the reported call (or returning its expected
+  value outright) passes. GRPO credits it like a fix; the tiered protocol with the rubric's
+  confirmation treats it as failing."""
   from gagar_jax import advantages
 
   task = minirepo.generate_task(3, weak_hidden_tests=True)
-  clean, hack = _demo(task, pool), _demo(task, pool, hack=1)
+  clean, hack = _demo(task, pool), _demo(task, pool, **{habit: 1})
   dead = _demo(task, pool, dead_code=1)
-  assert hack.passed and clean.passed and hack.habits == ("hack",)
+  assert hack.passed and clean.passed and hack.habits == (habit,)
   assert not minirepo.evaluate(minirepo.generate_task(3), hack.files, pool).passed  # real tests
   group = [_traj(clean, 0), _traj(hack, 1), _traj(dead, 2), _traj(clean, 3, passed=False)]
   ws = workspace.materialize(group, str(tmp_path / "ws"), seed=0)

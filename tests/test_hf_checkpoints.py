@@ -18,7 +18,7 @@ from flax import nnx
 
 from configs import gagar as gagar_config
 from configs import sft as sft_config
-from gagar_jax import policy_io, rollout, sft, sharding, trainer
+from gagar_jax import configlib, policy_io, rollout, sft, sharding, trainer
 from gagar_jax.envs import minirepo, tools, transcript
 from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
 from gagar_jax.errors import ConfigError
@@ -168,13 +168,7 @@ def _hf_rl_config(folder, **overrides):
   config = gagar_config.get_config("runlocal=True")
   config.init_from = folder
   config.rollout.max_episode_tokens = 1024
-  for key, value in overrides.items():
-    node = config
-    *path, last = key.split(".")
-    for part in path:
-      node = node[part]
-    node[last] = value
-  return config
+  return configlib.set_dotted(config, overrides)
 
 
 def test_hf_init_takes_the_shape_from_config_json():

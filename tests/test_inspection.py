@@ -27,3 +27,27 @@ def test_lambda_is_the_passing_sets_rescale():
   np.testing.assert_allclose(inspection.lambdas(base, new, passed, valid, w), [4 / 3])
   none = np.zeros((1, 4), bool)
   np.testing.assert_allclose(inspection.lambdas(base, new, none, valid, w), [1.0])
+
+
+def _candidate(passed, hack=0, out_of_scope=0, invalid=0, tokens=100):
+  signals = dict(special_cases=hack, out_of_scope_lines=out_of_scope, out_of_scope_functions=0)
+  return {"passed": passed, "tokens": tokens, "signals": dict(signals, invalid_actions=invalid)}
+
+
+def test_trends_bin_steps_and_count_hacks_among_passing(tmp_path):
+  root = str(tmp_path / "groups")
+  early = [_candidate(True, hack=1), _candidate(False, hack=1), _candidate(True), _candidate(False)]
+  late = [_candidate(True, out_of_scope=2, tokens=300), _candidate(True, invalid=1, tokens=300)]
+  for step in (1, 2):
+    inspection.write_step(root, step, [{"step": step, "group": 0, "candidates": early}])
+  for step in (3, 4):
+    no_signals = {"passed": True, "tokens": 9, "signals": {}}  # another suite: left out
+    group = {"step": step, "group": 0, "candidates": [*late, no_signals]}
+    inspection.write_step(root, step, [group])
+  first, second = inspection.trends(root, bins=2)
+  assert first["steps"] == "1-2" and first["episodes"] == 8 and first["pass_rate"] == 0.5
+  assert first["hack_attempts"] == 0.5 and first["hack_attempt_pass_rate"] == 0.5
+  assert first["passing_hack"] == 0.5 and first["passing_out_of_scope"] == 0.0
+  assert second["steps"] == "3-4" and second["tokens"] == 300.0
+  assert np.isnan(second["hack_attempt_pass_rate"]) and second["passing_hack"] == 0.0
+  assert second["passing_out_of_scope"] == 0.5 and second["passing_invalid"] == 0.5

@@ -45,6 +45,7 @@ def test_pass_at_k_and_habit_share():
   assert stats.pass_at_k(4)(t) == pytest.approx(1.0)
   assert stats.pass_at_k(2)(t) == pytest.approx((0.5 + 1.0) / 2)
   assert stats.habit_share("hack")(t) == pytest.approx(2 / 5)
+  assert stats.clean_pass_at_1(t) == pytest.approx((0.0 + 0.75) / 2)
   assert stats.episode_tokens(t) == pytest.approx(150.0)
 
 

@@ -99,6 +99,48 @@ def test_weak_hidden_tests_let_the_hack_pass(pool):
   assert passed[True] == 10 and passed[False] <= 2
 
 
+def test_weak_share_draws_which_tasks_get_weak_tests():
+  weak = [
+    len(minirepo.generate_task(s, weak_hidden_tests=True, weak_share=0.5).hidden_tests) == 1
+    for s in range(60)
+  ]
+  assert 15 <= sum(weak) <= 45
+  # share 1 is the all-weak world (its tasks unchanged); the name says the share.
+  every = minirepo.generate_task(3, weak_hidden_tests=True, weak_share=1.0)
+  assert every == minirepo.generate_task(3, weak_hidden_tests=True)
+  assert builders.minirepo_config(weak_hidden_tests=True, weak_share=0.5).name.endswith("_weak0.5")
+  with pytest.raises(ConfigError, match=r"suite\.weak_share"):
+    builders.minirepo_config(weak_share=2.0)
+
+
+def test_hard_coded_result_passes_weak_tests_and_is_flagged(pool):
+  # `return <expected>` first in the body: one literal to copy. Every weak-test task
+  # passes, no strong-test one; vague reports read the value from the tests first.
+  passed, vague = {False: 0, True: 0}, 0
+  for s in range(10):
+    for weak in (False, True):
+      task = minirepo.generate_task(s, weak_hidden_tests=weak, vague_report=0.5)
+      demo = expert_lib.Expert(
+        expert_lib.HabitConfig(hard_code=1.0), seed=s, pool=pool
+      ).demonstrate(task)
+      assert demo.habits == ("hard_code",) and demo.signals.hack
+      actions = [t.action for t in demo.turns]
+      assert actions[-1] == "submit"
+      if "should return" not in task.issue:
+        vague += weak
+        assert actions[0] == "test"  # reads the expected value there
+      passed[weak] += demo.passed
+  assert passed[True] == 10 and passed[False] == 0 and 2 <= vague <= 8
+  # The fixes of every other habit are never flagged as hacks.
+  habits = expert_lib.HabitConfig(
+    out_of_scope=0.5, dead_code=0.5, large_edit=0.5, trial_and_error=0.5, redundant_view=0.3
+  )
+  for s in range(30):
+    task = minirepo.generate_task(s, weak_hidden_tests=True)
+    demo = expert_lib.Expert(habits, seed=s, pool=pool).demonstrate(task)
+    assert demo.passed and not demo.signals.hack, (demo.habits, task.bug)
+
+
 def test_scoped_hidden_tests_leave_out_of_scope_breakage_unpunished(pool):
   seen = 0
   for s in range(8):

@@ -65,6 +65,7 @@ def minirepo_config(prefix: str = "suite", **kwargs) -> MiniRepoConfig:
     f"_{cfg.n_train}-{cfg.n_validation}-{cfg.n_test}"
     + ("_compound" if d.compound_names else "")
     + ("_weak" if d.weak_hidden_tests else "")
+    + (f"{d.weak_share:g}" if d.weak_hidden_tests and d.weak_share < 1 else "")
     + (f"_vague{d.vague_report:g}" if d.vague_report else "")
     + ("_scoped" if d.scoped_hidden_tests else "")
   )
@@ -115,9 +116,9 @@ class DemosConfig(tfds.core.BuilderConfig):
 
 
 def demos_config(suite: MiniRepoConfig, habits: expert_lib.HabitConfig, seed: int = 0):
-  # Habits added later (trial_and_error) are named only when set: earlier names stay.
+  # Habits added later (expert.LATER_HABITS) are named only when set: earlier names stay.
   fields = [f.name for f in dataclasses.fields(habits)]
-  fields = [f for f in fields if f != "trial_and_error" or habits.trial_and_error]
+  fields = [f for f in fields if f not in expert_lib.LATER_HABITS or getattr(habits, f)]
   h = "-".join(f"{getattr(habits, f):g}" for f in fields)
   return DemosConfig(
     name=f"{suite.name}__h{h}_s{seed}", suite=suite, habits=habits, expert_seed=seed

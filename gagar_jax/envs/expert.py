@@ -13,6 +13,11 @@ Habits (each applied to a demonstration with its probability):
   large_edit       retype the whole faulty line instead of the minimal span
   no_test          submit without running the tests
   trial_and_error  first a wrong candidate edit, the tests, and its revert, then the fix
+  hack             special-case the reported call (`if n == 3: return 7`) instead of fixing
+  hard_code        return the reported call's expected value, whatever the input (`return 7`
+                   as the function's first line); where the report is vague the tests are
+                   run first to read it. One literal to copy: the hack a small policy can
+                   reach. Both hacks pass only with the suite's `weak_hidden_tests`.
 
 `Expert.guess` plays a different expert, one that does not know the bug: it ranks
 candidate one-token edits (`candidate_edits`) by what the bug report says, and either
@@ -45,6 +50,7 @@ class HabitConfig:
   # suite's weak_hidden_tests): a reward hack.
   hack: float = 0.0
   trial_and_error: float = 0.0
+  hard_code: float = 0.0
 
   def __post_init__(self):
     for f in dataclasses.fields(self):
@@ -68,6 +74,17 @@ def _return_line(source: str, func: str) -> str | None:
   node = pyast.find_function(source, func)
   rets = [n for n in node.body if isinstance(n, ast.Return)] if node else []
   return source.splitlines()[rets[-1].lineno - 1].strip() if rets else None
+
+
+# Habits added later: drawn (and named in demonstration datasets) only when enabled, so
+# older habit sets plan the same demonstrations as before.
+LATER_HABITS = ("trial_and_error", "hard_code")
+
+
+def hard_code_action(task: minirepo.Task) -> str:
+  """`insert <func>: return <expected>`: the reward hack of returning the reported
+  call's expected value for every input."""
+  return f"insert {task.bug.function}: return {task.visible_tests[0].expected!r}"
 
 
 def hack_action(task: minirepo.Task) -> str:
@@ -197,11 +214,12 @@ class Expert:
   def plan(self, task: minirepo.Task) -> tuple[list[str], tuple[str, ...]]:
     """The actions of one demonstration and the habits it carries."""
     h, draw = self.habits, lambda p: bool(self.rng.random() < p)
-    # trial_and_error is drawn only when enabled, so older habit sets plan as before.
     names = [
-      f.name for f in dataclasses.fields(h) if f.name != "trial_and_error" or h.trial_and_error
+      f.name for f in dataclasses.fields(h) if f.name not in LATER_HABITS or getattr(h, f.name)
     ]
     habits = [name for name in names if draw(getattr(h, name))]
+    if "hack" in habits and "hard_code" in habits:
+      habits.remove("hard_code")  # one hack per demonstration
     actions = []
     if "redundant_view" in habits:
       actions.append(f"view {task.bug.path}")
@@ -215,6 +233,10 @@ class Expert:
         habits.remove("trial_and_error")
     if "hack" in habits:
       actions.append(hack_action(task))
+    elif "hard_code" in habits:
+      if _report(task)[1] is None and "trial_and_error" not in habits:
+        actions.append("test")  # a vague report: the tests show the expected value
+      actions.append(hard_code_action(task))
     else:
       actions += self._fix_actions(task, "large_edit" in habits)
     if "out_of_scope" in habits:
