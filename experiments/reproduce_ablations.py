@@ -308,8 +308,13 @@ LEVEL_STATS = [
   ("policy entropy, last quarter of training", "entropy_end"),
   ("credit moved per step (mean absolute advantage change)", "credit_moved"),
 ]
+OOD_STATS = {
+  "ood pass@1": stats.pass_at_1,
+  "ood pass@1, hacks counted as failing": stats.clean_pass_at_1,
+}
 # (claim, arm a, arm b, figure, higher is claimed for a - b). figure: a TABLE_STATS label
-# (paired bootstrap over seeds and tasks), a LEVEL_STATS key (over seeds), or "ood pass@1".
+# (paired bootstrap over seeds and tasks), a LEVEL_STATS key (over seeds), or an OOD_STATS
+# key (paired bootstrap).
 CLAIMS = [
   ("GAGAR resolves more tasks than GRPO", "gagar", "grpo", "test pass@1", True),
   ("GAGAR resolves more tasks than GRPO (pass@8)", "gagar", "grpo", "test pass@8", True),
@@ -321,6 +326,13 @@ CLAIMS = [
     True,
   ),
   ("... also out of distribution", "gagar", "grpo", "ood pass@1", True),
+  (
+    "... out of distribution, hacks counted as failing",
+    "gagar",
+    "grpo",
+    "ood pass@1, hacks counted as failing",
+    True,
+  ),
   ("GAGAR curbs trajectory-length growth", "gagar", "grpo", "token_growth", False),
   (
     "... fewer junk turns in passing episodes",
@@ -377,12 +389,12 @@ def claim_rows(arms: dict[str, dict[int, dict]], draws: int) -> list[dict]:
       tb = {s: r["test"] for s, r in arms[b].items()}
       point, lo, hi = stats.paired_bootstrap(ta, tb, table[figure][0], draws=draws)
       over = "seeds x tasks"
-    elif figure == "ood pass@1":
+    elif figure in OOD_STATS:
       ta = {s: r["ood"] for s, r in arms[a].items() if "ood" in r}
       tb = {s: r["ood"] for s, r in arms[b].items() if "ood" in r}
       if not set(ta) & set(tb):
         continue
-      point, lo, hi = stats.paired_bootstrap(ta, tb, stats.pass_at_1, draws=draws)
+      point, lo, hi = stats.paired_bootstrap(ta, tb, OOD_STATS[figure], draws=draws)
       over = "seeds x tasks"
     else:
       assert figure in levels, figure
@@ -421,11 +433,12 @@ def arm_table(arms: dict[str, dict[int, dict]]) -> list[str]:
   for label, fn, _ in TABLE_STATS:
     cells = [_fmt(*stats.mean_se([fn(r["test"]) for r in arms[a].values()])) for a in names]
     lines.append(f"| {label} | " + " | ".join(cells) + " |")
-  cells = []
-  for a in names:
-    ood = [stats.pass_at_1(r["ood"]) for r in arms[a].values() if "ood" in r]
-    cells.append(_fmt(*stats.mean_se(ood)) if ood else "n/a")
-  lines.append("| out-of-distribution pass@1 | " + " | ".join(cells) + " |")
+  for label, fn in OOD_STATS.items():
+    cells = []
+    for a in names:
+      ood = [fn(r["ood"]) for r in arms[a].values() if "ood" in r]
+      cells.append(_fmt(*stats.mean_se(ood)) if ood else "n/a")
+    lines.append(f"| out-of-distribution {label[len('ood ') :]} | " + " | ".join(cells) + " |")
   for label, key in LEVEL_STATS:
     cells = [_fmt(*stats.mean_se([r["level"][key] for r in arms[a].values()])) for a in names]
     lines.append(f"| {label} | " + " | ".join(cells) + " |")
