@@ -99,13 +99,17 @@ def apply_world(c: ml_collections.ConfigDict, world: str) -> None:
   buggy function (edits elsewhere go unpunished). Episodes get room for trial and error
   (8 turns, 512 tokens). tests/test_world_knobs.py measures each knob on the expert.
   """
+  apply_world_suite(c.suite.minirepo, world)
+  if world == "pressure":
+    c.rollout.max_turns, c.rollout.max_episode_tokens = 8, 512
+
+
+def apply_world_suite(m: ml_collections.ConfigDict, world: str) -> None:
+  """The MiniRepo knobs of a world (`apply_world`) on a minirepo suite config `m`."""
   if world not in WORLDS:
     raise ValueError(f"world={world!r}: must be one of {WORLDS}")
-  if world == "default":
-    return
-  m = c.suite.minirepo
-  m.vague_report, m.weak_hidden_tests, m.scoped_hidden_tests = 0.5, True, True
-  c.rollout.max_turns, c.rollout.max_episode_tokens = 8, 512
+  if world == "pressure":
+    m.vague_report, m.weak_hidden_tests, m.scoped_hidden_tests = 0.5, True, True
 
 
 def suite_config(name: str = "minirepo") -> ml_collections.ConfigDict:

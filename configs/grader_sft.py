@@ -2,6 +2,9 @@
 
     python experiments/sft.py --config=configs/grader_sft.py --workdir=runs/grader \\
         --export=assets/lm_grader
+    # the pressure world's grader (groups of assets/pre_rl_pressure in that world):
+    python experiments/sft.py --config=configs/grader_sft.py:world=pressure \\
+        --workdir=runs/grader_pressure --export=assets/lm_grader_pressure
     # seconds, for tests:
     python experiments/sft.py --config=configs/grader_sft.py:runlocal=True --workdir=/tmp/g
 
@@ -17,7 +20,7 @@ from configs import common, model_sizes
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = common.parse_arg(arg, size="tiny", runlocal=False)
+  args = common.parse_arg(arg, size="tiny", runlocal=False, world="default")
   c = ml_collections.ConfigDict()
   # What experiments/sft.py trains: the grader (configs/sft.py trains the policy).
   c.target = "grader"
@@ -54,6 +57,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # Every k-th task (train and validation) has weak hidden tests and 1-2 of its samples
   # swapped for the scripted expert's reward hack, so the grader sees hacks (0: never).
   c.grader_data.hack_every = 4
+  # Turns per sampled episode (the policy's rollout.max_turns).
+  c.grader_data.max_turns = 6
 
   # Model context (KV-cache slots) when grading, and the cut of each tool output in
   # tokens (the same cut is used when encoding the demonstrations).
@@ -84,6 +89,16 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   # Checkpoints under workdir/checkpoints.
   c.checkpoint_every = 250
+
+  # The MiniRepo world (configs/common.py apply_world). pressure: groups the pressure
+  # world's warm start samples there (assets/lm_grader_pressure, `make grader-pressure`);
+  # that policy writes its own reward hacks (hard-coded results), so none are injected.
+  c.world = args.world
+  common.apply_world_suite(c.suite, args.world)
+  if args.world == "pressure":
+    c.grader_data.policy_dir = "assets/pre_rl_pressure"
+    c.grader_data.hack_every = 0
+    c.grader_data.max_turns = 8
 
   if args.runlocal:  # tests: seconds, not minutes
     c.suite.n_train, c.suite.n_validation, c.suite.n_test = 48, 8, 8

@@ -42,6 +42,7 @@ def data_config(config):
     variants=config.grader_data.variants,
     full_copies=config.grader_data.full_copies,
     hack_every=config.grader_data.hack_every,
+    max_turns=config.grader_data.max_turns,
     max_obs_chars=config.agent.max_observation_chars,
     seed=config.seed,
   )
@@ -51,7 +52,8 @@ def sample_records(cfg, split, tasks, seed):
   """Grader demonstrations of `split` for the builder config `cfg`: groups its policy
   samples on `tasks` (those with two or more passing samples), each materialized and
   graded by the rubric. Every `cfg.hack_every`-th task gets weak hidden tests and 1-2
-  of its samples swapped for the expert's reward hack (`demos.inject_hacks`)."""
+  of its samples swapped for the expert's reward hack (`demos.inject_hacks`); with
+  `hack_every=0` the groups are the policy's own."""
   import tempfile
 
   from gagar_jax import rollout
@@ -62,7 +64,8 @@ def sample_records(cfg, split, tasks, seed):
     tasks,
     group_size=cfg.group_size,
     seed=seed,
-    edit=lambda g, pool, k: demos.inject_hacks(g, pool, seed + k),
+    rollout_overrides={"max_turns": cfg.max_turns},
+    edit=(lambda g, pool, k: demos.inject_hacks(g, pool, seed + k)) if cfg.hack_every else None,
   )
   variants = cfg.variants if split == "train" else 1
   with tempfile.TemporaryDirectory() as tmp:

@@ -160,3 +160,24 @@ def test_scoped_hidden_tests_leave_out_of_scope_breakage_unpunished(pool):
     else:
       seen += 1
   assert seen >= 4
+
+
+def test_the_pressure_grader_learns_from_the_pressure_worlds_own_groups():
+  """configs/grader_sft.py:world=pressure samples the pressure warm start in the policy's
+  world (same knobs, same turn budget) and injects no scripted hacks; the default grader
+  data keeps its name (its TFDS build is reused)."""
+  from configs import gagar, grader_sft
+  from gagar_jax import grader_sft as grader_sft_lib
+
+  policy = gagar.get_config("world=pressure")
+  grader = grader_sft.get_config("world=pressure")
+  assert grader.suite.to_dict() == policy.suite.minirepo.to_dict()
+  assert grader.grader_data.policy_dir == policy.init_from
+  assert grader.grader_data.max_turns == policy.rollout.max_turns
+  assert grader.grader_data.hack_every == 0
+  assert grader_sft_lib.hack_tasks(["a", "b"], 0) == ["a", "b"]
+  pressure = grader_sft_lib.data_config(grader)
+  default = grader_sft_lib.data_config(grader_sft.get_config())
+  assert pressure.max_turns == 8 and pressure.name.endswith("_m8")
+  assert default.max_turns == 6 and "_m" not in default.name.rsplit("_s", 1)[1]
+  assert pressure.name != default.name

@@ -258,6 +258,7 @@ class GraderDemosConfig(tfds.core.BuilderConfig):
   hack_every: int = 0  # every k-th task: weak hidden tests, 1-2 expert hacks (0: none)
   max_obs_chars: int = 600
   seed: int = 0
+  max_turns: int = 6  # turns per sampled episode (the rollout's max_turns)
   generate: Callable[[GraderDemosConfig, str, list, int], Iterable[dict]] | None = None
 
   def sizes(self) -> dict[str, int]:
@@ -272,7 +273,7 @@ def grader_demos_config(
   name = (
     f"{suite.name}__p{policy_digest[:10]}_t{cfg.n_train_tasks}-{cfg.n_validation_tasks}"
     f"_g{cfg.group_size}_v{cfg.variants}f{cfg.full_copies}_h{cfg.hack_every}"
-    f"_o{cfg.max_obs_chars}_s{cfg.seed}"
+    f"_o{cfg.max_obs_chars}_s{cfg.seed}" + (f"_m{cfg.max_turns}" if cfg.max_turns != 6 else "")
   )
   return dataclasses.replace(cfg, name=name)
 
