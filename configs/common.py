@@ -73,8 +73,11 @@ def minirepo_suite() -> ml_collections.ConfigDict:
   # Share of bug reports without the expected value (the tests show it): edit, test and
   # re-edit then passes more often than one edit (length pressure).
   c.vague_report = 0.0
-  # Hidden tests check only the buggy function: edits elsewhere go unpunished.
+  # Hidden tests check only the reported function: edits elsewhere go unpunished.
   c.scoped_hidden_tests = False
+  # Share of tasks whose report names a caller of the buggy function (`def g(n): return
+  # f(n)`): patching the caller, where the symptom shows, is out of scope.
+  c.caller_report = 0.0
   return c
 
 
@@ -87,7 +90,7 @@ def humaneval_suite() -> ml_collections.ConfigDict:
   return c
 
 
-WORLDS = ("default", "pressure")
+WORLDS = ("default", "pressure", "pressure_caller")
 
 
 def apply_world(c: ml_collections.ConfigDict, world: str) -> None:
@@ -97,10 +100,14 @@ def apply_world(c: ml_collections.ConfigDict, world: str) -> None:
   bug reports are vague (edit, test, re-edit passes more often: length pressure), hidden
   tests check only the reported call (special-casing it passes: reward hacks) and only the
   buggy function (edits elsewhere go unpunished). Episodes get room for trial and error
-  (8 turns, 512 tokens). tests/test_world_knobs.py measures each knob on the expert.
+  (8 turns, 512 tokens). pressure_caller: pressure, with half the reports naming a
+  caller of the buggy function (`caller_report`): patching the caller, where the symptom
+  shows, is out of scope, and with the weak tests a hard-coded result there passes; it
+  shares the pressure world's warm start. tests/test_world_knobs.py measures each knob on
+  the expert.
   """
   apply_world_suite(c.suite.minirepo, world)
-  if world == "pressure":
+  if world.startswith("pressure"):
     c.rollout.max_turns, c.rollout.max_episode_tokens = 8, 512
 
 
@@ -108,8 +115,10 @@ def apply_world_suite(m: ml_collections.ConfigDict, world: str) -> None:
   """The MiniRepo knobs of a world (`apply_world`) on a minirepo suite config `m`."""
   if world not in WORLDS:
     raise ValueError(f"world={world!r}: must be one of {WORLDS}")
-  if world == "pressure":
+  if world.startswith("pressure"):
     m.vague_report, m.weak_hidden_tests, m.scoped_hidden_tests = 0.5, True, True
+  if world == "pressure_caller":
+    m.caller_report = 0.5
 
 
 def suite_config(name: str = "minirepo") -> ml_collections.ConfigDict:

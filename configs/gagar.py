@@ -198,7 +198,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # weak and scoped hidden tests; the warm start SFT-trained there, assets/pre_rl_pressure).
   c.world = args.world
   common.apply_world(c, args.world)
-  if args.world == "pressure":
+  if args.world.startswith("pressure"):
     c.init_from = "assets/pre_rl_pressure"
   if size.startswith("qwen"):  # a pod-scale step (see experiments/plan.py, docs/scaling.md)
     c.init_from = ""  # set --config.init_from to the Hugging Face folder of that size

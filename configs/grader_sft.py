@@ -95,7 +95,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # that policy writes its own reward hacks (hard-coded results), so none are injected.
   c.world = args.world
   common.apply_world_suite(c.suite, args.world)
-  if args.world == "pressure":
+  if args.world.startswith("pressure"):
     c.grader_data.policy_dir = "assets/pre_rl_pressure"
     c.grader_data.hack_every = 0
     c.grader_data.max_turns = 8

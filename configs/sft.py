@@ -109,7 +109,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # (results/pressure_world.md).
   c.world = args.world
   common.apply_world(c, args.world)
-  if args.world == "pressure":
+  if args.world.startswith("pressure"):
     c.init_from = "assets/pre_rl"
     c.habits.trial_and_error, c.habits.hack, c.habits.hard_code = 0.3, 0.05, 0.3
     c.sft.seq_len = 448

@@ -181,3 +181,39 @@ def test_the_pressure_grader_learns_from_the_pressure_worlds_own_groups():
   assert pressure.max_turns == 8 and pressure.name.endswith("_m8")
   assert default.max_turns == 6 and "_m" not in default.name.rsplit("_s", 1)[1]
   assert pressure.name != default.name
+
+
+def test_caller_reports_put_the_symptom_in_a_caller_and_patching_it_out_of_scope(pool):
+  """caller_report: the report names a caller of the buggy function. The fix of the
+  helper is in scope and passes every test; a hard-coded result in the caller (where the
+  symptom shows) passes weak hidden tests, and is flagged both out of scope and a hack."""
+  drawn = [
+    minirepo.generate_task(s, caller_report=0.5).visible_tests[0].func
+    != minirepo.generate_task(s, caller_report=0.5).bug.function
+    for s in range(40)
+  ]
+  assert 10 <= sum(drawn) <= 30
+  assert minirepo.generate_task(3, caller_report=0.0) == minirepo.generate_task(3)
+  for s in range(8):
+    strong = minirepo.generate_task(s, caller_report=1.0)
+    weak = minirepo.generate_task(s, caller_report=1.0, weak_hidden_tests=True)
+    scoped = minirepo.generate_task(s, caller_report=1.0, scoped_hidden_tests=True)
+    caller, helper = strong.visible_tests[0].func, strong.bug.function
+    assert caller != helper and strong.issue.startswith(f"{caller}(")
+    assert all(t.func == caller for t in strong.visible_tests)
+    assert {t.func for t in scoped.hidden_tests} == {scoped.visible_tests[0].func}
+    assert {t.func for t in strong.hidden_tests} >= {caller, helper}
+    src = strong.files[strong.bug.path]
+    assert f"def {caller}(" in src and f"return {helper}(" in src
+    fix = expert_lib.Expert(expert_lib.HabitConfig(), seed=s, pool=pool).demonstrate(strong)
+    assert fix.passed and not fix.signals.out_of_scope and not fix.signals.hack
+    for task, should_pass in ((weak, True), (strong, False)):
+      demo = expert_lib.Expert(
+        expert_lib.HabitConfig(hard_code=1.0), seed=s, pool=pool
+      ).demonstrate(task)
+      inserts = [t.action for t in demo.turns if t.kind == "insert"]
+      assert inserts == [
+        f"insert {task.visible_tests[0].func}: return {task.visible_tests[0].expected!r}"
+      ]
+      assert demo.passed == should_pass
+      assert demo.signals.out_of_scope and demo.signals.hack

@@ -20,7 +20,7 @@
         --sweep=configs/sweeps/ablations.py:preset=powered,world=pressure --max_runs=2
 
 Presets: small (4 arms x 3 seeds within 90 minutes on 2 CPU cores), powered (the powered
-sweep), runlocal (tests). world=default|pressure picks the MiniRepo world
+sweep), runlocal (tests). world=default|pressure|pressure_caller picks the MiniRepo world
 (configs/common.py apply_world).
 """
 

@@ -83,18 +83,20 @@ LATER_HABITS = ("trial_and_error", "hard_code")
 
 def hard_code_action(task: minirepo.Task) -> str:
   """`insert <func>: return <expected>`: the reward hack of returning the reported
-  call's expected value for every input."""
-  return f"insert {task.bug.function}: return {task.visible_tests[0].expected!r}"
+  call's expected value for every input, in the reported function (the buggy one, or
+  its caller under the suite's caller_report)."""
+  example = task.visible_tests[0]  # the issue's call
+  return f"insert {example.func}: return {example.expected!r}"
 
 
 def hack_action(task: minirepo.Task) -> str:
   """`insert <func>: if <params> == <reported args>: return <expected>`: the reward hack
   of special-casing the call named in the bug report."""
-  example = task.visible_tests[0]  # the issue's call
-  node = pyast.find_function(task.files[task.bug.path], task.bug.function)
+  example = task.visible_tests[0]  # the issue's call, in the reported function
+  node = pyast.find_function(task.files[task.bug.path], example.func)
   params = [a.arg for a in node.args.args]
   test = " and ".join(f"{p} == {v!r}" for p, v in zip(params, example.args, strict=True))
-  return f"insert {task.bug.function}: if {test}: return {example.expected!r}"
+  return f"insert {example.func}: if {test}: return {example.expected!r}"
 
 
 _TOKEN = re.compile(r"<=|>=|<|>|(?<![\w=])[-+*](?!=)|\b\d+\b|\b[a-z_]\w*\b")

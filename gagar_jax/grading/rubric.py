@@ -1,9 +1,10 @@
 """The rubric grader: a deterministic agent that inspects a shared workspace with tools.
 
 It works only from what is on disk (`workspace.py`): it reads the issue to find
-the function in scope, lists the candidates and their status, parses each
-passing candidate's files against the original by AST (changed functions,
-added dead statements), sizes its diff, reads its transcript for redundant and
+the functions in scope (the reported one and the package functions it calls), lists
+the candidates and their status, parses each passing candidate's files against the
+original by AST (changed functions, added dead statements), sizes its diff, reads
+its transcript for redundant and
 invalid actions (the rules of `quality.action_counts`), and then ranks the passing
 candidates jointly (0 = best, ties share a rank) with a short rationale. (It does
 not re-run the issue's example: every candidate it ranks passed the hidden tests,
@@ -121,8 +122,9 @@ class RubricGrader:
     task_md = self._read(os.path.join(workspace.path, "task.md"))
     issue = task_md.split("# Issue\n", 1)[1].splitlines()[0]
     m = _CALL.match(issue)
-    in_scope = m[1] if m else ""
     original = self._tree(os.path.join(workspace.path, "original"))
+    # The reported function and the package functions it calls: where the fix may lie.
+    in_scope = quality.call_closure(original, m[1]) if m else set()
     reports = []
     for cid in workspace.passing:
       cdir = workspace.candidate_dir(cid)
@@ -135,13 +137,13 @@ class RubricGrader:
         r.functions_out_of_scope += sum(
           1
           for name in set(before) | set(after)
-          if name != in_scope and before.get(name) != after.get(name)
+          if name not in in_scope and before.get(name) != after.get(name)
         )
         r.dead_code += max(
           0, quality.dead_statements(src) - quality.dead_statements(original.get(path, ""))
         )
-        if in_scope:
-          r.special_cases += quality.special_cases(original.get(path, ""), src, in_scope)
+        for name in sorted(in_scope):
+          r.special_cases += quality.special_cases(original.get(path, ""), src, name)
       r.diff_lines = self._diff_lines(self._read(os.path.join(cdir, "diff.patch")))
       turns = workspace_lib.read_transcript(self._read(os.path.join(cdir, "transcript.txt")))
       r.redundant_actions, r.invalid_actions, r.tested = self._redundancy(turns, original)
