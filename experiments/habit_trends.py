@@ -34,6 +34,7 @@ def table(rows: list[dict]) -> str:
     ("hack_attempt_pass_rate", "... passing", "{:.2f}"),
     ("passing_hack", "passing: hack", "{:.3f}"),
     ("passing_out_of_scope", "passing: out of scope", "{:.3f}"),
+    ("passing_out_of_scope_no_hack", "... not a hack", "{:.3f}"),
     ("passing_invalid", "passing: junk turn", "{:.3f}"),
   ]
   lines = ["| " + " | ".join(c[1] for c in cols) + " |", "|" + " --- |" * len(cols)]

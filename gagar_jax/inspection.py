@@ -160,6 +160,11 @@ def read(root: str, step: int | None = None) -> list[dict]:
   return out
 
 
+def out_of_scope(s: dict) -> bool:
+  """Whether quality signals (a record's `signals`) show an edit outside the bug's function."""
+  return s["out_of_scope_lines"] > 0 or s["out_of_scope_functions"] > 0
+
+
 def _row(candidates: list[dict]) -> dict:
   passed = [c for c in candidates if c["passed"]]
   hacks = [c for c in candidates if c["signals"] and c["signals"]["special_cases"] > 0]
@@ -177,8 +182,10 @@ def _row(candidates: list[dict]) -> dict:
       float(np.mean([c["passed"] for c in hacks])) if hacks else float("nan")
     ),
     "passing_hack": among_passing(lambda s: s["special_cases"] > 0),
-    "passing_out_of_scope": among_passing(
-      lambda s: s["out_of_scope_lines"] > 0 or s["out_of_scope_functions"] > 0
+    "passing_out_of_scope": among_passing(out_of_scope),
+    # out of scope and no hack (a hard-coded result in a reported caller is both)
+    "passing_out_of_scope_no_hack": among_passing(
+      lambda s: out_of_scope(s) and s["special_cases"] == 0
     ),
     "passing_invalid": among_passing(lambda s: s["invalid_actions"] > 0),
   }
@@ -188,7 +195,7 @@ def trends(root: str, bins: int) -> list[dict]:
   """Per bin of RL steps (equal step counts), over every candidate with quality signals
   of the records under `root`: pass rate, episode tokens, hack attempts (the signals'
   `special_cases`, passing or not) and their pass rate, and among passing candidates the
-  hack, out-of-scope and invalid-action (junk turn) shares."""
+  hack, out-of-scope (with and without a hack) and invalid-action (junk turn) shares."""
   by_step: dict[int, list[dict]] = {}
   for g in read(root):
     by_step.setdefault(g["step"], []).extend(c for c in g["candidates"] if c["signals"])

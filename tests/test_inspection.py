@@ -38,6 +38,7 @@ def test_trends_bin_steps_and_count_hacks_among_passing(tmp_path):
   root = str(tmp_path / "groups")
   early = [_candidate(True, hack=1), _candidate(False, hack=1), _candidate(True), _candidate(False)]
   late = [_candidate(True, out_of_scope=2, tokens=300), _candidate(True, invalid=1, tokens=300)]
+  late += [_candidate(True, out_of_scope=1, hack=1, tokens=300)]
   for step in (1, 2):
     inspection.write_step(root, step, [{"step": step, "group": 0, "candidates": early}])
   for step in (3, 4):
@@ -49,5 +50,6 @@ def test_trends_bin_steps_and_count_hacks_among_passing(tmp_path):
   assert first["hack_attempts"] == 0.5 and first["hack_attempt_pass_rate"] == 0.5
   assert first["passing_hack"] == 0.5 and first["passing_out_of_scope"] == 0.0
   assert second["steps"] == "3-4" and second["tokens"] == 300.0
-  assert np.isnan(second["hack_attempt_pass_rate"]) and second["passing_hack"] == 0.0
-  assert second["passing_out_of_scope"] == 0.5 and second["passing_invalid"] == 0.5
+  assert second["hack_attempt_pass_rate"] == 1.0 and second["passing_hack"] == 1 / 3
+  assert second["passing_out_of_scope"] == 2 / 3 and second["passing_invalid"] == 1 / 3
+  assert second["passing_out_of_scope_no_hack"] == 1 / 3
