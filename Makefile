@@ -11,7 +11,7 @@ TEST_WORKERS ?= 2
 export JAX_COMPILATION_CACHE_DIR ?= $(CURDIR)/.cache/xla
 export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS ?= 0.05
 
-.PHONY: install run sft sft-pressure grader serve-grader sampler-demo test lint bench clean
+.PHONY: install run sft sft-pressure grader grader-pressure serve-grader sampler-demo test lint bench clean
 
 $(STAMP): pyproject.toml requirements.lock
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,12 @@ sft-pressure: $(STAMP)
 grader: $(STAMP)
 	$(BIN)/python experiments/sft.py --config=configs/grader_sft.py --workdir=runs/grader \
 		--export=assets/lm_grader --config.time_budget_minutes=52
+
+# Remakes assets/lm_grader_pressure (the pressure world's LM grader) from groups the
+# pressure world's warm start samples there.
+grader-pressure: $(STAMP)
+	$(BIN)/python experiments/sft.py --config=configs/grader_sft.py:world=pressure \
+		--workdir=runs/grader_pressure --export=assets/lm_grader_pressure
 
 # The LM grader behind an OpenAI-compatible API on http://127.0.0.1:8000/v1.
 serve-grader: $(STAMP)

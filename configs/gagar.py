@@ -200,6 +200,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   common.apply_world(c, args.world)
   if args.world.startswith("pressure"):
     c.init_from = "assets/pre_rl_pressure"
+    if args.grader == "lm":  # (only then: other arms' inputs do not name it)
+      # The LM grader trained on that warm start's groups in the pressure world,
+      # hard-coded results among them (`make grader-pressure`).
+      c.grader.lm_path = "assets/lm_grader_pressure"
   if size.startswith("qwen"):  # a pod-scale step (see experiments/plan.py, docs/scaling.md)
     c.init_from = ""  # set --config.init_from to the Hugging Face folder of that size
     c.num_groups = 64

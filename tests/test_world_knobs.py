@@ -217,3 +217,14 @@ def test_caller_reports_put_the_symptom_in_a_caller_and_patching_it_out_of_scope
       ]
       assert demo.passed == should_pass
       assert demo.signals.out_of_scope and demo.signals.hack
+
+
+def test_the_pressure_worlds_lm_grader_arm_uses_the_pressure_grader():
+  from configs import gagar
+
+  assert gagar.get_config("world=pressure,grader=lm").grader.lm_path == (
+    "assets/lm_grader_pressure"
+  )
+  # the rubric arms do not name it (their sweep inputs stay as they were)
+  assert gagar.get_config("world=pressure").grader.lm_path == "assets/lm_grader"
+  assert gagar.get_config("grader=lm").grader.lm_path == "assets/lm_grader"
