@@ -472,17 +472,17 @@ def _try_generate(rng, seed, difficulty):
       src = correct.source() if f.name == correct.name else f.source()
       if f is reported:
         src = with_helper(correct)
-      is_bug = f.name == reported.name and m == module
-      if difficulty.get("scoped_hidden_tests") and not is_bug:
+      is_reported = f.name == reported.name and m == module
+      if difficulty.get("scoped_hidden_tests") and not is_reported:
         continue
-      count = difficulty["n_hidden"] + (len(boundary) if is_bug else 0)
-      for args in _inputs(f, rng, count, boundary if is_bug else []):
+      count = difficulty["n_hidden"] + (len(boundary) if is_reported else 0)
+      for args in _inputs(f, rng, count, boundary if is_reported else []):
         ok, expected = run_trusted(src, f.name, args)
         if not ok:
           continue
         case = TestCase(f"{PACKAGE}.{m}", f.name, args, expected)
         hidden.append(case)
-        if is_bug:
+        if is_reported:
           bok, got = run_trusted(with_helper(buggy), f.name, args)
           if not bok or got != expected:
             distinguishing.append((case, got if bok else f"raises {got}"))

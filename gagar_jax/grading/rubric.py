@@ -4,11 +4,10 @@ It works only from what is on disk (`workspace.py`): it reads the issue to find
 the functions in scope (the reported one and the package functions it calls), lists
 the candidates and their status, parses each passing candidate's files against the
 original by AST (changed functions, added dead statements), sizes its diff, reads
-its transcript for redundant and
-invalid actions (the rules of `quality.action_counts`), and then ranks the passing
-candidates jointly (0 = best, ties share a rank) with a short rationale. (It does
-not re-run the issue's example: every candidate it ranks passed the hidden tests,
-which include that example.)
+its transcript for redundant and invalid actions (the rules of
+`quality.action_counts`), and then ranks the passing candidates jointly (0 = best,
+ties share a rank) with a short rationale. (It does not re-run the issue's example:
+every candidate it ranks passed the hidden tests, which include that example.)
 
 Penalty per candidate (lower is better):
   3 x functions changed outside the faulty one  + 2 x dead statements added
