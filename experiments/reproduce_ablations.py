@@ -64,6 +64,9 @@ _OOD_SAMPLES = flags.DEFINE_integer("ood_samples", 4, "Samples per out-of-distri
 _DRAWS = flags.DEFINE_integer("draws", 2000, "Bootstrap draws.")
 _ABOUT = flags.DEFINE_string("about", "", "A paragraph for the report, under its title.")
 _DATA_DIR = flags.DEFINE_string("data_dir", "", "TFDS data_dir for the runs ('' = the config's).")
+_DIGEST_OF = flags.DEFINE_string(
+  "digest_of", "", "Internal: print the inputs digest of this run (JSON) and exit."
+)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECORD_FILES = ("config.json", "summary.json", "metrics.jsonl", "ood.json", "record.json")
@@ -126,6 +129,27 @@ def inputs_digest(config) -> str:
   return h.hexdigest()
 
 
+def fresh_digest(run: dict) -> str:
+  """`inputs_digest` of the run's config as a new process builds it, which is what its
+  train.py subprocess trains with. This process may hold config (and gagar_jax) modules
+  imported before they were edited on disk; a sweep left running across such an edit
+  would otherwise refuse (or accept) a workdir for a config the run never sees."""
+  proc = subprocess.run(
+    [
+      sys.executable,
+      os.path.abspath(__file__),
+      f"--digest_of={json.dumps(run)}",
+      *([f"--data_dir={_DATA_DIR.value}"] if _DATA_DIR.value else []),
+    ],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+  )
+  if proc.returncode:
+    raise RuntimeError(f"the config of {run['name']} does not build:\n{proc.stderr[-3000:]}")
+  return proc.stdout.split()[-1]
+
+
 class StaleWorkdir(RuntimeError):
   pass
 
@@ -138,7 +162,7 @@ def claim_workdir(run: dict, workdir: str) -> None:
   existed is taken as stale if an asset its config names is newer than its config.json.
   """
   config = run_config(run)
-  digest = inputs_digest(config)
+  digest = fresh_digest(run)
   marker = os.path.join(workdir, "sweep_inputs.json")
   started = os.path.join(workdir, "config.json")
   hint = f"move or delete {workdir} to run {run['name']} afresh"
@@ -573,6 +597,9 @@ def write_report(sweep, runs, records: str, command: str, path: str, png: str) -
 
 def main(argv):
   del argv
+  if _DIGEST_OF.value:
+    print(inputs_digest(run_config(json.loads(_DIGEST_OF.value))))
+    return
   sweep = load_sweep(_SWEEP.value)
   records = _RECORDS.value or os.path.join(REPO, "results", "sweeps", sweep["name"])
   started = 0

@@ -149,3 +149,35 @@ def test_sweep_runs_records_and_skips_finished_runs(tmp_path):
     assert proc.returncode != 0 and expected in proc.stderr, proc.stderr[-2000:]
     assert not (records / "grpo_s1").exists()
     (stale / "sweep_inputs.json").write_text('{"digest": "other", "run": "grpo_s1"}')
+
+
+def test_workdir_digest_is_what_a_fresh_process_builds(monkeypatch):
+  # A sweep left running while configs/ is edited holds the old modules; the digest it
+  # checks a workdir against must be of the config the run's train.py will build.
+  import importlib.util
+
+  from absl import flags
+
+  spec = importlib.util.spec_from_file_location(
+    "reproduce_ablations_under_test", os.path.join(REPO, "experiments", "reproduce_ablations.py")
+  )
+  ra = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(ra)
+  if not flags.FLAGS.is_parsed():
+    flags.FLAGS(["reproduce_ablations"])
+  run = {"name": "grpo_s0", "config": "configs/gagar.py:arm=grpo", "overrides": {"steps": 2}}
+  fresh = ra.fresh_digest(run)
+  assert fresh == ra.inputs_digest(ra.run_config(run))
+  from configs import common
+
+  mesh_config = common.mesh_config
+
+  def edited(*args, **kwargs):  # as if a key were added to configs/common.py in this process
+    c = mesh_config(*args, **kwargs)
+    c.new_key = 1
+    return c
+
+  monkeypatch.setattr(common, "mesh_config", edited)
+  assert ra.inputs_digest(ra.run_config(run)) != fresh
+  assert ra.fresh_digest(run) == fresh
+  assert ra.fresh_digest({**run, "overrides": {"steps": 3}}) != fresh
