@@ -497,6 +497,24 @@ def se_lines(arms: dict[str, dict[int, dict]]) -> list[str]:
   return lines
 
 
+def _test_bars(ax, arms: dict[str, dict[int, dict]], colors: dict[str, str]) -> None:
+  """Final test pass@1, pass@1 with hacks counted as failing, and pass@8, per arm."""
+  figures = [
+    ("pass@1", stats.pass_at_1),
+    ("pass@1 no hacks", stats.clean_pass_at_1),
+    ("pass@8", stats.pass_at_k(8)),
+  ]
+  width = 0.8 / max(len(arms), 1)
+  for i, (arm, seeds) in enumerate(arms.items()):
+    values = np.array([[f(r["test"]) for _, f in figures] for r in seeds.values()])
+    mean = values.mean(0)
+    se = values.std(0, ddof=1) / np.sqrt(len(values)) if len(values) > 1 else None
+    x = np.arange(len(figures)) + (i - (len(arms) - 1) / 2) * width
+    ax.bar(x, mean, width, yerr=se, color=colors[arm], label=arm, capsize=2)
+  ax.set_xticks(np.arange(len(figures)), [name for name, _ in figures])
+  ax.set_ylim(0, 1)
+
+
 def plot(arms: dict[str, dict[int, dict]], path: str) -> None:
   import matplotlib
 
@@ -504,17 +522,29 @@ def plot(arms: dict[str, dict[int, dict]], path: str) -> None:
   import matplotlib.pyplot as plt
 
   panels = [
+    ("bars", "", "final test (mean +- SE over seeds)"),
     ("curve", "pass@1", "validation pass@1"),
     ("curve", "episode_tokens", "validation episode tokens"),
-    ("train", "passing_out_of_scope", "passing: out-of-scope share (train)"),
+    ("curve", "clean_pass@1", "validation pass@1, hacks counted as failing"),
     ("train", "passing_hack", "passing: hack share (train)"),
+    ("train", "passing_out_of_scope", "passing: out-of-scope share (train)"),
+    ("train", "passing_dead_code", "passing: dead-code share (train)"),
+    ("train", "passing_redundant", "passing: redundant-action share (train)"),
     ("train", "passing_invalid", "passing: invalid-action share (train)"),
     ("train", "grad_norm", "gradient norm (train)"),
     ("train", "entropy", "policy entropy (train)"),
     ("train", "adv_abs_moved", "credit moved (train)"),
+    ("train", "lambda_mean", "lambda, tiered protocol (train)"),
   ]
-  fig, axes = plt.subplots(2, 4, figsize=(20, 8))
-  for ax, (source, key, title) in zip(axes.flat, panels, strict=True):
+  fig, axes = plt.subplots(3, 5, figsize=(25, 12))
+  for ax in axes.flat[len(panels) :]:
+    ax.axis("off")
+  colors = {arm: f"C{i}" for i, arm in enumerate(arms)}
+  for ax, (source, key, title) in zip(axes.flat[: len(panels)], panels, strict=True):
+    if source == "bars":
+      _test_bars(ax, arms, colors)
+      ax.set(title=title)
+      continue
     for arm, seeds in arms.items():
       if source == "curve":
         curves = [
@@ -541,12 +571,12 @@ def plot(arms: dict[str, dict[int, dict]], path: str) -> None:
       ys = np.array(ys)
       mean = np.nanmean(ys, 0)
       se = np.nanstd(ys, 0, ddof=1) / np.sqrt(len(ys)) if len(ys) > 1 else np.zeros_like(mean)
-      line = ax.plot(grid, mean, label=f"{arm} ({len(ys)})")[0]
+      line = ax.plot(grid, mean, label=f"{arm} ({len(ys)})", color=colors[arm])[0]
       ax.fill_between(grid, mean - se, mean + se, alpha=0.2, color=line.get_color())
     ax.set(title=title, xlabel="RL step")
-  axes.flat[0].legend(fontsize=8)
+  axes.flat[1].legend(fontsize=8)
   fig.suptitle("per arm: mean over seeds, band = +- 1 SE (seeds finished in brackets)")
-  fig.tight_layout()
+  fig.tight_layout(rect=(0, 0, 1, 0.97))
   fig.savefig(path, dpi=90)
   plt.close(fig)
 
