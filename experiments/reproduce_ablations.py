@@ -600,6 +600,14 @@ def plot(arms: dict[str, dict[int, dict]], path: str) -> None:
   plt.close(fig)
 
 
+def _remaining(runs: list[dict], total: int) -> str:
+  left = total - len(runs)
+  if not left or not runs:
+    return ""
+  median = float(np.median([r["wall_minutes"] for r in runs]))
+  return f"; the {left} left need about {left * median / 60:.1f} hours at the median run's training pace"
+
+
 def write_report(sweep, runs, records: str, command: str, path: str, png: str) -> list[dict]:
   arms = by_arm(runs)
   rows = claim_rows(arms, _DRAWS.value)
@@ -613,8 +621,8 @@ def write_report(sweep, runs, records: str, command: str, path: str, png: str) -
     f"Command: `{command}`",
     "",
     f"**{len(runs)} of {total} runs finished** ({minutes:.0f} minutes of training on this "
-    f"machine, summed). Records: `{os.path.relpath(records, REPO)}`; the sweep continues "
-    "with the same command (finished runs are skipped).",
+    f"machine, summed{_remaining(runs, total)}). Records: `{os.path.relpath(records, REPO)}`; "
+    "the sweep continues with the same command (finished runs are skipped).",
     "",
     *se_lines(arms),
     "",
