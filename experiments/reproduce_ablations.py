@@ -605,7 +605,9 @@ def _remaining(runs: list[dict], total: int) -> str:
   if not left or not runs:
     return ""
   median = float(np.median([r["wall_minutes"] for r in runs]))
-  return f"; the {left} left need about {left * median / 60:.1f} hours at the median run's training pace"
+  return (
+    f"; the {left} left need about {left * median / 60:.1f} hours at the median run's training pace"
+  )
 
 
 def write_report(sweep, runs, records: str, command: str, path: str, png: str) -> list[dict]:
