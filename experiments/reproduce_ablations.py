@@ -410,6 +410,13 @@ CLAIMS = [
   ("GAGAR beats reward shaping", "gagar", "reward_shaping", "test pass@1", True),
   ("the LM grader's GAGAR beats GRPO", "gagar_lm", "grpo", "test pass@1", True),
   ("the LM grader's GAGAR is cleaner than GRPO", "gagar_lm", "grpo", "passing: any bloat", False),
+  (
+    "... with hacks counted as failing",
+    "gagar_lm",
+    "grpo",
+    "test pass@1, hacks counted as failing",
+    True,
+  ),
 ]
 
 
@@ -700,7 +707,9 @@ def main(argv):
   os.makedirs(_RESULTS.value, exist_ok=True)
   md = os.path.join(_RESULTS.value, f"{report}.md")
   png = os.path.join(_RESULTS.value, f"{report}.png")
-  command = "python " + " ".join(a for a in sys.argv if not a.startswith("--about"))
+  # The command that continues the sweep (an --aggregate_only report names it too).
+  shown = [a for a in sys.argv if not a.startswith(("--about", "--aggregate_only"))]
+  command = "python " + " ".join(shown)
   rows = write_report(sweep, runs, records, command, md, png)
   for r in rows:
     print(
