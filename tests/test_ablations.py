@@ -101,6 +101,10 @@ def test_report_from_committed_records(tmp_path):
   # A large pass-rate gap with 3 seeds x 64 paired tasks: the interval excludes 0.
   assert "**supported**" in lines["GAGAR resolves more tasks than GRPO"]
   assert "**supported**" in lines["GAGAR curbs trajectory-length growth"]
+  # Growth over the second half: the last validation point minus the middle one (30 vs 5).
+  assert (
+    "late_token_growth | -25.000 [-25.000, -25.000]" in lines["... in the second half of training"]
+  )
   assert "**supported**" in lines["... fewer reward hacks"]
   assert "**supported**" in lines["GAGAR trains more stably (gradient-norm variance)"]
   # Out-of-scope shares are equal in truth: not resolved (or, rarely, a chance verdict).
@@ -137,7 +141,8 @@ def test_sweep_runs_records_and_skips_finished_runs(tmp_path):
   again = _script(*common, "--aggregate_only")
   assert "running" not in again and "1/2 runs" in again
   md = (tmp_path / "results" / "ablations_runlocal_default.md").read_text()
-  assert "**1 of 2 runs finished**" in md
+  assert "**1 of 2 runs finished**" in md and "the 1 left need about" in md
+  assert "--aggregate_only" not in md  # the command shown is the one that continues the sweep
   # A workdir left from other inputs is refused, not resumed and recorded: one older
   # than an asset its config names (the warm start was remade), one with another digest.
   stale = tmp_path / "runs" / "runlocal_default" / "grpo_s1"
