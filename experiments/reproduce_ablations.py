@@ -20,10 +20,11 @@ sweep continues across sittings from what is committed there. The report (--resu
 - per arm, mean +- standard error over seeds of every figure; for test pass@1 also the
   sampling SE given the tasks (what the evaluation size controls) and the SE over the
   task population;
-- per claim, the arm difference with a 95% bootstrap confidence interval: over seeds and
+- per claim, the arm difference with a 95% confidence interval: a bootstrap over seeds and
   test tasks (paired: every arm of a seed saw the same tasks with the same sampling key)
-  for evaluation figures, over seeds for run-level ones (length growth, gradient-norm
-  variance, entropy); a verdict whichever way it falls;
+  for evaluation figures; a Student t interval on the paired seed differences for
+  run-level ones (length growth, gradient-norm variance, entropy), since a bootstrap of a
+  few seeds covers far less than 95%; a verdict whichever way it falls;
 - curves per arm with seed bands (mean +- SE).
 """
 
@@ -342,8 +343,8 @@ OOD_STATS = {
   "ood pass@1, hacks counted as failing": stats.clean_pass_at_1,
 }
 # (claim, arm a, arm b, figure, higher is claimed for a - b). figure: a TABLE_STATS label
-# (paired bootstrap over seeds and tasks), a LEVEL_STATS key (over seeds), or an OOD_STATS
-# key (paired bootstrap).
+# (paired bootstrap over seeds and tasks), a LEVEL_STATS key (t interval over seeds), or an
+# OOD_STATS key (paired bootstrap).
 CLAIMS = [
   ("GAGAR resolves more tasks than GRPO", "gagar", "grpo", "test pass@1", True),
   ("GAGAR resolves more tasks than GRPO (pass@8)", "gagar", "grpo", "test pass@8", True),
@@ -450,7 +451,7 @@ def claim_rows(arms: dict[str, dict[int, dict]], draws: int) -> list[dict]:
       assert figure in levels, figure
       va = {s: r["level"][figure] for s, r in arms[a].items()}
       vb = {s: r["level"][figure] for s, r in arms[b].items()}
-      point, lo, hi = stats.seed_bootstrap(va, vb, draws=draws)
+      point, lo, hi = stats.seed_interval(va, vb)
       over = "seeds"
     seeds = len(set(arms[a]) & set(arms[b]))
     rows.append(
@@ -639,9 +640,10 @@ def write_report(sweep, runs, records: str, command: str, path: str, png: str) -
     "",
     "## The paper's claims, here",
     "",
-    "Each line: arm a minus arm b, the point estimate and its 95% bootstrap confidence "
-    "interval (over seeds and test tasks, paired, for evaluation figures; over seeds for "
-    "run-level ones). 'supported': the interval excludes 0 in the claimed direction; "
+    "Each line: arm a minus arm b, the point estimate and its 95% confidence interval (a "
+    "bootstrap over seeds and test tasks, paired, for evaluation figures; a Student t "
+    "interval on the paired seed differences for run-level ones). 'supported': the "
+    "interval excludes 0 in the claimed direction; "
     "'contradicted': it excludes 0 the other way; 'not resolved': it contains 0; 'not "
     "measurable': a run-level figure with one seed. With one seed the evaluation intervals "
     "are over tasks only (seed-to-seed variation not yet in them).",

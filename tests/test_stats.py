@@ -99,3 +99,19 @@ def test_seed_bootstrap_and_mean_se():
     stats.seed_bootstrap({0: 1.0}, {1: 1.0})
   point, lo, hi = stats.seed_bootstrap({0: 1.0}, {0: 0.5})  # one seed: no interval
   assert point == 0.5 and stats.verdict(point, lo, hi, True) == "not measurable"
+
+
+def test_seed_interval_is_student_t_on_paired_differences():
+  # differences 1.0, 1.0, 0.5: mean 0.8333, SE 0.1667, t(0.975, 2) = 4.303
+  point, lo, hi = stats.seed_interval({0: 1.0, 1: 2.0, 2: 3.0}, {0: 0.0, 1: 1.0, 2: 2.5})
+  assert point == pytest.approx(0.8333, abs=1e-3)
+  assert (lo, hi) == pytest.approx((0.8333 - 0.7172, 0.8333 + 0.7172), abs=1e-3)
+  # Two seeds that agree in sign are not enough for a verdict (a bootstrap of them would be).
+  point, lo, hi = stats.seed_interval({0: 1.0, 1: 2.0}, {0: 0.0, 1: 0.5})
+  assert lo < 0 < hi and stats.verdict(point, lo, hi, True) == "not resolved"
+  lo_b = stats.seed_bootstrap({0: 1.0, 1: 2.0}, {0: 0.0, 1: 0.5})[1]
+  assert lo_b > 0
+  with pytest.raises(ValueError, match="no seed in common"):
+    stats.seed_interval({0: 1.0}, {1: 1.0})
+  point, lo, hi = stats.seed_interval({0: 1.0}, {0: 0.5})
+  assert point == 0.5 and stats.verdict(point, lo, hi, True) == "not measurable"
