@@ -37,3 +37,15 @@ def with_logprobs(learner: Learner, state, batch: Batch) -> Batch:
   """On-policy: old (and reference) log-probs from the current parameters."""
   old = np.asarray(learner.logprobs(state.params, batch.tokens))
   return batch._replace(old_logprobs=old, ref_logprobs=old)
+
+
+def assert_params_close(actual, desired) -> None:
+  """Parameters after AdamW steps, computed with reductions summed in another order
+  (sharded vs single device). AdamW's early updates are about lr * g / |g| (lr 3e-3 here),
+  so an element whose gradient is near zero can move by a fraction of lr when the order
+  changes (seen: 1.3e-5 on 1 of 2048 elements). A real sharding error moves many elements
+  by O(lr): bound every element at 1e-4 (3% of one step) and all but 1% of them at 1e-5."""
+  actual, desired = np.asarray(actual), np.asarray(desired)
+  np.testing.assert_allclose(actual, desired, rtol=0, atol=1e-4)
+  loose = np.mean(np.abs(actual - desired) > 1e-5 + 1e-7 * np.abs(desired))
+  assert loose <= 0.01, f"{loose:.2%} of the elements differ by more than 1e-5"

@@ -70,7 +70,7 @@ def test_two_process_training_matches_single_process(tmp_path):
   reference = [np.asarray(x) for x in jax.tree.leaves(state.params)]
   assert len(reference) == len(leaves)
   for i, ref in enumerate(reference):
-    np.testing.assert_allclose(a[f"arr_{i}"], ref, atol=1e-5)
+    helpers.assert_params_close(a[f"arr_{i}"], ref)
 
 
 def _built(path: str) -> bool:
