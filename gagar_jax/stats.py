@@ -145,6 +145,14 @@ def paired_bootstrap(
   return point, float(lo), float(hi)
 
 
+def _seed_differences(a: Mapping[int, float], b: Mapping[int, float]) -> np.ndarray:
+  """a - b per seed both have (sorted by seed)."""
+  seeds = sorted(set(a) & set(b))
+  if not seeds:
+    raise ValueError("no seed in common: nothing to pair")
+  return np.array([a[s] - b[s] for s in seeds], float)
+
+
 def seed_bootstrap(
   a: Mapping[int, float],
   b: Mapping[int, float],
@@ -156,10 +164,7 @@ def seed_bootstrap(
   """(mean of a - b over common seeds, CI low, CI high) for run-level figures (length
   growth, gradient-norm variance): the paired seed differences resampled. With one seed
   there is no interval (NaN bounds: 'not measurable')."""
-  seeds = sorted(set(a) & set(b))
-  if not seeds:
-    raise ValueError("no seed in common: nothing to pair")
-  diffs = np.array([a[s] - b[s] for s in seeds], float)
+  diffs = _seed_differences(a, b)
   if len(diffs) < 2:
     return float(diffs.mean()), float("nan"), float("nan")
   rng = np.random.default_rng(seed)
@@ -177,10 +182,7 @@ def seed_interval(
   t is exact for normal differences and wide when it should be. One seed: NaN bounds."""
   from scipy import stats as sps
 
-  seeds = sorted(set(a) & set(b))
-  if not seeds:
-    raise ValueError("no seed in common: nothing to pair")
-  diffs = np.array([a[s] - b[s] for s in seeds], float)
+  diffs = _seed_differences(a, b)
   if len(diffs) < 2:
     return float(diffs.mean()), float("nan"), float("nan")
   half = sps.t.ppf((1 + level) / 2, len(diffs) - 1) * diffs.std(ddof=1) / np.sqrt(len(diffs))
