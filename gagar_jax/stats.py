@@ -207,3 +207,22 @@ def mean_se(values) -> tuple[float, float]:
   if not len(v):
     return float("nan"), float("nan")
   return float(v.mean()), float(v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else float("nan")
+
+
+def ended_on_hack(t: TaskTable, share: float = 0.95) -> bool:
+  """Whether a run's final policy passes (almost) only by reward hacks: at least `share` of
+  its passing test samples carry a detected hack. In a world with a hack the runs tend to be
+  bimodal (they end on the hack or they do not), which a mean over a few seeds hides."""
+  s = habit_share("hack")(t)
+  return bool(np.isfinite(s) and s >= share)
+
+
+def fisher_exact(k_a: int, n_a: int, k_b: int, n_b: int) -> float:
+  """Two-sided p-value of Fisher's exact test that two groups of runs have the same rate of
+  an outcome, given k_a of n_a and k_b of n_b runs with it."""
+  from scipy import stats as sps
+
+  if not 0 <= k_a <= n_a or not 0 <= k_b <= n_b:
+    raise ValueError(f"counts out of range: {k_a}/{n_a}, {k_b}/{n_b}")
+  table = [[k_a, n_a - k_a], [k_b, n_b - k_b]]
+  return float(sps.fisher_exact(table, alternative="two-sided").pvalue)

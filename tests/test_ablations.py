@@ -83,7 +83,8 @@ def _fake_record(record_dir, arm, seed, pass_p, growth, grad_norms, hack_p, rng)
 def test_report_from_committed_records(tmp_path):
   records, rng = tmp_path / "records", np.random.default_rng(0)
   for seed in range(3):
-    _fake_record(records / f"grpo_s{seed}", "grpo", seed, 0.30, 60, [1, 3] * 20, 0.4, rng)
+    hack_p = 1.0 if seed == 0 else 0.4  # grpo's seed 0 ends wholly on the hack
+    _fake_record(records / f"grpo_s{seed}", "grpo", seed, 0.30, 60, [1, 3] * 20, hack_p, rng)
     _fake_record(records / f"gagar_s{seed}", "gagar", seed, 0.40, 10, [1, 1.2] * 20, 0.05, rng)
   out = _script(
     f"--sweep={SWEEP}",
@@ -110,6 +111,11 @@ def test_report_from_committed_records(tmp_path):
   # Out-of-scope shares are equal in truth: not resolved (or, rarely, a chance verdict).
   assert "[" in lines["... fewer out-of-scope edits"]
   assert "sum preservation" not in md  # gagar_no_rescale not in this sweep's arms
+  # Per run, and the count of runs that ended on the hack with Fisher's exact test.
+  assert " | 1.00 | " in lines["grpo_s0"] and lines["grpo_s0"].endswith(" | yes |")
+  assert lines["grpo_s1"].endswith(" | no |") and lines["gagar_s2"].endswith(" | no |")
+  assert lines["grpo"] == "| grpo | 1/3 | n/a | 1.000 |"
+  assert lines["gagar"] == "| gagar | 0/3 | 1.000 | 1.000 |"
   assert "GAGAR resolves more tasks than GRPO: gagar - grpo test pass@1 +0.1" in out
   assert os.path.getsize(tmp_path / "results" / "report.png") > 10_000
 

@@ -115,3 +115,17 @@ def test_seed_interval_is_student_t_on_paired_differences():
     stats.seed_interval({0: 1.0}, {1: 1.0})
   point, lo, hi = stats.seed_interval({0: 1.0}, {0: 0.5})
   assert point == 0.5 and stats.verdict(point, lo, hi, True) == "not measurable"
+
+
+def test_ended_on_hack_and_fisher_exact():
+  rng = np.random.default_rng(0)
+  p = np.full(64, 0.8)
+  assert stats.ended_on_hack(_table(p, 8, rng, hack_p=1.0))
+  assert not stats.ended_on_hack(_table(p, 8, rng, hack_p=0.8))
+  assert not stats.ended_on_hack(_table(np.zeros(64), 8, rng, hack_p=1.0))  # nothing passes
+  # Fisher's lady tasting tea: 3 of 4 right vs 1 of 4, two-sided p = 34/70; all vs none 2/70.
+  assert stats.fisher_exact(3, 4, 1, 4) == pytest.approx(34 / 70)
+  assert stats.fisher_exact(4, 4, 0, 4) == pytest.approx(2 / 70)
+  assert stats.fisher_exact(2, 4, 2, 4) == pytest.approx(1.0)
+  with pytest.raises(ValueError, match="out of range"):
+    stats.fisher_exact(5, 4, 0, 4)
