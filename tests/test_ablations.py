@@ -192,3 +192,34 @@ def test_workdir_digest_is_what_a_fresh_process_builds(monkeypatch):
   assert ra.inputs_digest(ra.run_config(run)) != fresh
   assert ra.fresh_digest(run) == fresh
   assert ra.fresh_digest({**run, "overrides": {"steps": 3}}) != fresh
+
+
+def test_sweep_grid_per_world():
+  # The powered sweep: 6 arms in the pressure world, the cheaper 4-arm setting in the
+  # default world, each with its own records folder; bad arguments name what is wrong.
+  import pytest
+
+  from configs.sweeps import ablations
+
+  pressure = ablations.get_sweep("preset=powered,world=pressure")
+  default = ablations.get_sweep("preset=powered,world=default")
+  assert (pressure["name"], len(pressure["runs"])) == ("powered_pressure", 24)
+  assert (default["name"], len(default["runs"])) == ("powered_default", 16)
+  assert [r["name"] for r in default["runs"][:4]] == [
+    "grpo_s0",
+    "gagar_s0",
+    "gagar_no_rescale_s0",
+    "reward_shaping_s0",
+  ]
+  assert all("world=" not in r["config"] for r in default["runs"])
+  assert all(r["config"].endswith(",world=pressure") for r in pressure["runs"])
+  assert all(r["overrides"]["steps"] == 150 for r in default["runs"] + pressure["runs"])
+  picked = ablations.get_sweep("preset=powered,world=default,arms=gagar_lm,seeds=2")
+  assert [r["name"] for r in picked["runs"]] == ["gagar_lm_s0", "gagar_lm_s1"]
+  for arg, message in [
+    ("preset=powered,world=moon", "world='moon'"),
+    ("preset=huge", "preset='huge'"),
+    ("arms=grpo+dpo", "unknown arm 'dpo'"),
+  ]:
+    with pytest.raises(ValueError, match=message):
+      ablations.get_sweep(arg)

@@ -19,6 +19,11 @@
     python experiments/reproduce_ablations.py \\
         --sweep=configs/sweeps/ablations.py:preset=powered,world=pressure --max_runs=2
 
+    # the second, cheaper setting: the same preset in the default world, 4 arms x 4 seeds
+    # (records in results/sweeps/powered_default/, report results/ablations_default.md)
+    python experiments/reproduce_ablations.py --report=ablations_default \\
+        --sweep=configs/sweeps/ablations.py:preset=powered,world=default --max_runs=2
+
 Presets: small (4 arms x 3 seeds within 90 minutes on 2 CPU cores), powered (the powered
 sweep), runlocal (tests). world=default|pressure|pressure_caller picks the MiniRepo world
 (configs/common.py apply_world).
@@ -32,6 +37,10 @@ from gagar_jax.arms import ARMS
 DEFAULT_ARMS = ("grpo", "gagar", "gagar_no_rescale", "reward_shaping")
 # The powered sweep's arms (issue 18): every claim's comparison.
 POWERED_ARMS = ("grpo", "gagar", "gagar_paper", "gagar_no_rescale", "reward_shaping", "gagar_lm")
+# The powered sweep in the default world (the cheaper second setting): its full hidden tests
+# fail nearly every hack, so the tiered protocol's hack tier has nothing to act on, and the LM
+# grader's arm was measured there by the small sweep; 16 runs instead of 24.
+POWERED_DEFAULT_ARMS = DEFAULT_ARMS
 # Sweep arm name -> config arg of configs/gagar.py.
 ARM_CONFIGS = {
   **{arm: f"arm={arm}" for arm in ARMS},
@@ -97,9 +106,13 @@ def get_sweep(arg=None):
   args = common.parse_arg(arg, preset="small", seeds=0, runlocal=False, arms="", world="default")
   powered = args.preset == "powered"
   seeds = list(range(args.seeds or (4 if powered else 3)))
-  args.arms = args.arms or "+".join(POWERED_ARMS if powered else DEFAULT_ARMS)
   if args.world not in common.WORLDS:
     raise ValueError(f"world={args.world!r}: must be one of {common.WORLDS}")
+  if not args.arms:
+    if powered:
+      args.arms = "+".join(POWERED_DEFAULT_ARMS if args.world == "default" else POWERED_ARMS)
+    else:
+      args.arms = "+".join(DEFAULT_ARMS)
   arms = args.arms.split("+")
   for arm in arms:
     if arm not in ARM_CONFIGS:
