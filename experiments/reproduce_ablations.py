@@ -675,6 +675,29 @@ def _remaining(runs: list[dict], total: int) -> str:
   )
 
 
+def _length_note(world: str) -> list[str]:
+  """The paragraph on the two length-growth figures, with the history that fits the world."""
+  note = (
+    "Length growth is measured twice: since step 0 (the claim as stated) and over the "
+    "second half of training (the last validation point minus the one nearest the middle)."
+  )
+  if world == "pressure":
+    note += (
+      " The second was added when 5 of the powered sweep's 24 runs had finished, before any "
+      "later seed: in the pressure world every arm's episodes first shorten as the short "
+      "hack takes over, so growth since step 0 mixes that shared drop with what continued "
+      "training adds."
+    )
+  else:
+    note += (
+      " The second was added for the pressure world, where the short hack takes over early "
+      "and shortens every arm's episodes. Here the full hidden tests fail nearly every hack, "
+      "so that shared drop does not arise; both figures are shown to match the pressure "
+      "report."
+    )
+  return [note, ""]
+
+
 def write_report(sweep, runs, records: str, command: str, path: str, png: str) -> list[dict]:
   arms = by_arm(runs)
   rows = claim_rows(arms, _DRAWS.value)
@@ -705,13 +728,7 @@ def write_report(sweep, runs, records: str, command: str, path: str, png: str) -
     "measurable': a run-level figure with one seed. With one seed the evaluation intervals "
     "are over tasks only (seed-to-seed variation not yet in them).",
     "",
-    "Length growth is measured twice: since step 0 (the claim as stated) and over the "
-    "second half of training (the last validation point minus the one nearest the middle). "
-    "The second was added when 5 of the powered sweep's 24 runs had finished, before any "
-    "later seed: in the pressure world every arm's episodes first shorten as the short "
-    "hack takes over, so growth since step 0 mixes that shared drop with what continued "
-    "training adds.",
-    "",
+    *_length_note(sweep.get("world", "default")),
     "| claim | a - b | figure | difference [95% CI] | over | seeds | verdict |",
     "| --- | --- | --- | --- | --- | --- | --- |",
   ]

@@ -1,6 +1,7 @@
 """The ablation sweep: records of finished runs, skipping them, and the report with
 paired bootstrap intervals."""
 
+import functools
 import json
 import os
 import subprocess
@@ -162,9 +163,10 @@ def test_sweep_runs_records_and_skips_finished_runs(tmp_path):
     (stale / "sweep_inputs.json").write_text('{"digest": "other", "run": "grpo_s1"}')
 
 
-def test_workdir_digest_is_what_a_fresh_process_builds(monkeypatch):
-  # A sweep left running while configs/ is edited holds the old modules; the digest it
-  # checks a workdir against must be of the config the run's train.py will build.
+@functools.cache
+def _load_script():
+  """experiments/reproduce_ablations.py as a module (loaded once: it defines absl flags),
+  its flags parsed with defaults."""
   import importlib.util
 
   from absl import flags
@@ -176,6 +178,24 @@ def test_workdir_digest_is_what_a_fresh_process_builds(monkeypatch):
   spec.loader.exec_module(ra)
   if not flags.FLAGS.is_parsed():
     flags.FLAGS(["reproduce_ablations"])
+  return ra
+
+
+def test_length_note_fits_the_world():
+  # The pressure sweep's history (a short hack shortens every arm early) is told only in
+  # the pressure world's report.
+  ra = _load_script()
+  pressure = " ".join(ra._length_note("pressure"))
+  default = " ".join(ra._length_note("default"))
+  assert "Length growth is measured twice" in pressure and "measured twice" in default
+  assert "5 of the powered sweep's 24 runs" in pressure
+  assert "24 runs" not in default and "does not arise" in default
+
+
+def test_workdir_digest_is_what_a_fresh_process_builds(monkeypatch):
+  # A sweep left running while configs/ is edited holds the old modules; the digest it
+  # checks a workdir against must be of the config the run's train.py will build.
+  ra = _load_script()
   run = {"name": "grpo_s0", "config": "configs/gagar.py:arm=grpo", "overrides": {"steps": 2}}
   fresh = ra.fresh_digest(run)
   assert fresh == ra.inputs_digest(ra.run_config(run))
