@@ -35,6 +35,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -155,6 +156,10 @@ class StaleWorkdir(RuntimeError):
   pass
 
 
+class IncompleteLog(RuntimeError):
+  pass
+
+
 def claim_workdir(run: dict, workdir: str) -> None:
   """Makes sure an existing workdir was started from this run's inputs, so a resumed
   (or already finished) run is never recorded for a changed config or warm start.
@@ -221,11 +226,47 @@ def run_one(run: dict, workdir: str, world: str) -> float:
   return time.time() - start
 
 
+def stop_children_on_sigterm() -> None:
+  """Makes `kill PID` of a sweep stop the run it waits on as well: SIGTERM raises SystemExit,
+  and subprocess.run kills its child when its wait is interrupted. (Python's default SIGTERM
+  ends only this process; the training process then lived on unseen, and a workdir removed
+  under it lost the rows it had logged.)"""
+
+  def stop(signum, frame):
+    del frame
+    sys.exit(f"reproduce_ablations.py: stopped by signal {signum}; rerun to resume the run")
+
+  signal.signal(signal.SIGTERM, stop)
+
+
+def missing_steps(record_dir: str) -> list[int]:
+  """Training steps 1..steps that the record's metrics.jsonl has no row for. A resumed run
+  logs every step once; a gap means rows were lost, and the run-level figures (gradient-norm
+  variance, entropy, credit moved) would be computed from part of the run."""
+  with open(os.path.join(record_dir, "summary.json")) as f:
+    steps = int(json.load(f)["steps"])
+  with open(os.path.join(record_dir, "metrics.jsonl")) as f:
+    logged = {json.loads(line).get("step") for line in f if line.strip()}
+  return sorted(set(range(1, steps + 1)) - logged)
+
+
+def _steps_text(steps: list[int]) -> str:
+  return f"{len(steps)} steps ({steps[0]}..{steps[-1]})"
+
+
 def save_record(run: dict, workdir: str, record_dir: str, seconds: float) -> None:
-  """Copies the run's compact record into `record_dir` (written last: record.json)."""
+  """Copies the run's compact record into `record_dir` (written last: record.json).
+  A run whose log lacks steps is not recorded."""
   os.makedirs(record_dir, exist_ok=True)
   for name in ("config.json", "summary.json", "metrics.jsonl"):
     shutil.copyfile(os.path.join(workdir, name), os.path.join(record_dir, name))
+  gaps = missing_steps(record_dir)
+  if gaps:
+    shutil.rmtree(record_dir)
+    raise IncompleteLog(
+      f"{workdir}/metrics.jsonl has no row for {_steps_text(gaps)}; not recorded. "
+      f"Move or delete {workdir} and rerun {run['name']}."
+    )
   ood = os.path.join(workdir, "ood", "eval.json")
   if os.path.exists(ood):
     shutil.copyfile(ood, os.path.join(record_dir, "ood.json"))
@@ -263,6 +304,12 @@ def load_run(record_dir: str) -> dict:
   """A finished run's figures, from its record alone."""
   with open(os.path.join(record_dir, "record.json")) as f:
     meta = json.load(f)
+  gaps = missing_steps(record_dir)
+  if gaps:
+    raise ValueError(
+      f"{record_dir}: metrics.jsonl has no row for {_steps_text(gaps)}, so its run-level "
+      f"figures would be from part of the run; delete the record and rerun {meta['name']}."
+    )
   with open(os.path.join(record_dir, "summary.json")) as f:
     summary = json.load(f)
   with open(os.path.join(record_dir, "metrics.jsonl")) as f:
@@ -750,6 +797,7 @@ def main(argv):
   if _DIGEST_OF.value:
     print(inputs_digest(run_config(json.loads(_DIGEST_OF.value))))
     return
+  stop_children_on_sigterm()
   sweep = load_sweep(_SWEEP.value)
   records = _RECORDS.value or os.path.join(REPO, "results", "sweeps", sweep["name"])
   started = 0
@@ -766,9 +814,9 @@ def main(argv):
     print(f"[ablations] running {run['name']} in {workdir} ...", flush=True)
     try:
       seconds = run_one(run, workdir, sweep.get("world", "default"))
-    except StaleWorkdir as e:
+      save_record(run, workdir, record_dir, seconds)
+    except (StaleWorkdir, IncompleteLog) as e:
       sys.exit(f"reproduce_ablations.py: {e}")
-    save_record(run, workdir, record_dir, seconds)
     print(
       f"[ablations] {run['name']} done in {seconds / 60:.1f} min; record {record_dir}", flush=True
     )

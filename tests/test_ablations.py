@@ -4,13 +4,17 @@ paired bootstrap intervals."""
 import functools
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
+import pytest
 
 from tests.conftest import REPO
 
+SCRIPT = os.path.join(REPO, "experiments", "reproduce_ablations.py")
 SWEEP = "configs/sweeps/ablations.py:preset=powered,world=pressure,arms=grpo+gagar,seeds=3"
 
 
@@ -72,7 +76,8 @@ def _fake_record(record_dir, arm, seed, pass_p, growth, grad_norms, hack_p, rng)
   }
   json.dump(summary, open(os.path.join(record_dir, "summary.json"), "w"))
   with open(os.path.join(record_dir, "metrics.jsonl"), "w") as f:
-    for step, g in enumerate(grad_norms, 1):
+    for step in range(1, 151):  # every step logged once, as a finished run's log has it
+      g = grad_norms[(step - 1) % len(grad_norms)]
       row = {"step": step, "train/grad_norm": g, "train/entropy": 0.3, "train/adv_abs_moved": 0.1}
       f.write(json.dumps(row) + "\n")
   json.dump({"per_task": tasks[:32]}, open(os.path.join(record_dir, "ood.json"), "w"))
@@ -212,6 +217,59 @@ def test_workdir_digest_is_what_a_fresh_process_builds(monkeypatch):
   assert ra.inputs_digest(ra.run_config(run)) != fresh
   assert ra.fresh_digest(run) == fresh
   assert ra.fresh_digest({**run, "overrides": {"steps": 3}}) != fresh
+
+
+def test_a_record_with_lost_log_rows_is_refused(tmp_path):
+  # A run's log that lacks steps (here the first 18, lost when its workdir was removed under
+  # a training process left running) would give run-level figures from part of the run.
+  ra = _load_script()
+  record = tmp_path / "grpo_s3"
+  _fake_record(record, "grpo", 3, 0.3, 0, [1, 3], 0.0, np.random.default_rng(0))
+  assert ra.missing_steps(str(record)) == []
+  assert ra.load_run(str(record))["level"]["grad_norm_var"] == 1.0
+  rows = (record / "metrics.jsonl").read_text().splitlines()
+  (record / "metrics.jsonl").write_text("\n".join(rows[18:]) + "\n")
+  assert ra.missing_steps(str(record)) == list(range(1, 19))
+  with pytest.raises(ValueError, match=r"no row for 18 steps \(1\.\.18\).*rerun grpo_s3"):
+    ra.load_run(str(record))
+  # ... and a sweep does not record such a run.
+  run = {"name": "grpo_s3", "arm": "grpo", "config": "", "overrides": {}}
+  with pytest.raises(ra.IncompleteLog, match="not recorded"):
+    ra.save_record(run, str(record), str(tmp_path / "records" / "grpo_s3"), 60.0)
+  assert not (tmp_path / "records" / "grpo_s3").exists()
+
+
+def test_sigterm_stops_the_run_the_sweep_waits_on(tmp_path):
+  # `kill PID` of a sweep must not leave its training process running on its own.
+  pidfile = tmp_path / "child.pid"
+  child = f"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(300)"
+  code = (
+    "import importlib.util, sys\n"
+    f"spec = importlib.util.spec_from_file_location('ra', {SCRIPT!r})\n"
+    "ra = importlib.util.module_from_spec(spec)\n"
+    "spec.loader.exec_module(ra)\n"
+    "ra.stop_children_on_sigterm()\n"
+    f"ra._call([sys.executable, '-c', {child!r}], {str(tmp_path)!r}, 'a sleeping run')\n"
+  )
+  sweep = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=_env())
+  pid = None
+  try:
+    deadline = time.time() + 120
+    while not (pidfile.exists() and pidfile.read_text()) and time.time() < deadline:
+      assert sweep.poll() is None, "the sweep process ended before starting its run"
+      time.sleep(0.2)
+    pid = int(pidfile.read_text())
+    sweep.send_signal(signal.SIGTERM)
+    assert sweep.wait(timeout=60) != 0
+    with pytest.raises(ProcessLookupError):
+      os.kill(pid, 0)
+  finally:
+    sweep.kill()
+    if pid is not None:
+      try:
+        os.kill(pid, signal.SIGKILL)
+      except ProcessLookupError:
+        pass
 
 
 def test_sweep_grid_per_world():
