@@ -2,6 +2,7 @@
 paired bootstrap intervals."""
 
 import functools
+import glob
 import json
 import os
 import signal
@@ -237,6 +238,15 @@ def test_a_record_with_lost_log_rows_is_refused(tmp_path):
   with pytest.raises(ra.IncompleteLog, match="not recorded"):
     ra.save_record(run, str(record), str(tmp_path / "records" / "grpo_s3"), 60.0)
   assert not (tmp_path / "records" / "grpo_s3").exists()
+
+
+def test_committed_records_are_whole():
+  # The reports in results/ are aggregated from these records; each must log every step.
+  ra = _load_script()
+  records = sorted(glob.glob(os.path.join(REPO, "results", "sweeps", "*", "*", "record.json")))
+  assert len(records) >= 40
+  for record in records:
+    assert ra.missing_steps(os.path.dirname(record)) == [], record
 
 
 def test_sigterm_stops_the_run_the_sweep_waits_on(tmp_path):
