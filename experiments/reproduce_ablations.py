@@ -239,15 +239,18 @@ def stop_children_on_sigterm() -> None:
   signal.signal(signal.SIGTERM, stop)
 
 
-def missing_steps(record_dir: str) -> list[int]:
-  """Training steps 1..steps that the record's metrics.jsonl has no row for. A resumed run
-  logs every step once; a gap means rows were lost, and the run-level figures (gradient-norm
-  variance, entropy, credit moved) would be computed from part of the run."""
-  with open(os.path.join(record_dir, "summary.json")) as f:
-    steps = int(json.load(f)["steps"])
-  with open(os.path.join(record_dir, "metrics.jsonl")) as f:
-    logged = {json.loads(line).get("step") for line in f if line.strip()}
-  return sorted(set(range(1, steps + 1)) - logged)
+def _missing(steps: int, rows: list[dict]) -> list[int]:
+  return sorted(set(range(1, int(steps) + 1)) - {r.get("step") for r in rows})
+
+
+def missing_steps(run_dir: str) -> list[int]:
+  """Training steps 1..steps that the run's (or record's) metrics.jsonl has no row for. A
+  resumed run logs every step once; a gap means rows were lost, and the run-level figures
+  (gradient-norm variance, entropy, credit moved) would be computed from part of the run."""
+  with open(os.path.join(run_dir, "summary.json")) as f:
+    steps = json.load(f)["steps"]
+  with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+    return _missing(steps, [json.loads(line) for line in f if line.strip()])
 
 
 def _steps_text(steps: list[int]) -> str:
@@ -257,16 +260,15 @@ def _steps_text(steps: list[int]) -> str:
 def save_record(run: dict, workdir: str, record_dir: str, seconds: float) -> None:
   """Copies the run's compact record into `record_dir` (written last: record.json).
   A run whose log lacks steps is not recorded."""
-  os.makedirs(record_dir, exist_ok=True)
-  for name in ("config.json", "summary.json", "metrics.jsonl"):
-    shutil.copyfile(os.path.join(workdir, name), os.path.join(record_dir, name))
-  gaps = missing_steps(record_dir)
+  gaps = missing_steps(workdir)
   if gaps:
-    shutil.rmtree(record_dir)
     raise IncompleteLog(
       f"{workdir}/metrics.jsonl has no row for {_steps_text(gaps)}; not recorded. "
       f"Move or delete {workdir} and rerun {run['name']}."
     )
+  os.makedirs(record_dir, exist_ok=True)
+  for name in ("config.json", "summary.json", "metrics.jsonl"):
+    shutil.copyfile(os.path.join(workdir, name), os.path.join(record_dir, name))
   ood = os.path.join(workdir, "ood", "eval.json")
   if os.path.exists(ood):
     shutil.copyfile(ood, os.path.join(record_dir, "ood.json"))
@@ -304,16 +306,16 @@ def load_run(record_dir: str) -> dict:
   """A finished run's figures, from its record alone."""
   with open(os.path.join(record_dir, "record.json")) as f:
     meta = json.load(f)
-  gaps = missing_steps(record_dir)
+  with open(os.path.join(record_dir, "summary.json")) as f:
+    summary = json.load(f)
+  with open(os.path.join(record_dir, "metrics.jsonl")) as f:
+    records = [json.loads(line) for line in f if line.strip()]
+  gaps = _missing(summary["steps"], records)
   if gaps:
     raise ValueError(
       f"{record_dir}: metrics.jsonl has no row for {_steps_text(gaps)}, so its run-level "
       f"figures would be from part of the run; delete the record and rerun {meta['name']}."
     )
-  with open(os.path.join(record_dir, "summary.json")) as f:
-    summary = json.load(f)
-  with open(os.path.join(record_dir, "metrics.jsonl")) as f:
-    records = [json.loads(line) for line in f if line.strip()]
   train = [r for r in records if "train/grad_norm" in r and r.get("train/updated", 1.0)]
   curve = summary["curve"]
   run = {

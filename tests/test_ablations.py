@@ -27,7 +27,7 @@ def _env():
 
 def _script(*args, timeout=600, check=True):
   proc = subprocess.run(
-    [sys.executable, os.path.join(REPO, "experiments", "reproduce_ablations.py"), *args],
+    [sys.executable, SCRIPT, *args],
     cwd=REPO,
     env=_env(),
     capture_output=True,
@@ -177,9 +177,7 @@ def _load_script():
 
   from absl import flags
 
-  spec = importlib.util.spec_from_file_location(
-    "reproduce_ablations_under_test", os.path.join(REPO, "experiments", "reproduce_ablations.py")
-  )
+  spec = importlib.util.spec_from_file_location("reproduce_ablations_under_test", SCRIPT)
   ra = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(ra)
   if not flags.FLAGS.is_parsed():
