@@ -11,7 +11,7 @@ TEST_WORKERS ?= 2
 export JAX_COMPILATION_CACHE_DIR ?= $(CURDIR)/.cache/xla
 export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS ?= 0.05
 
-.PHONY: install run sft sft-pressure grader grader-pressure serve-grader sampler-demo test lint bench clean
+.PHONY: install run sft sft-pressure sft-pressure-all grader grader-pressure serve-grader sampler-demo test lint bench clean
 
 $(STAMP): pyproject.toml requirements.lock
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,6 +34,12 @@ sft: $(STAMP)
 sft-pressure: $(STAMP)
 	$(BIN)/python experiments/sft.py --config=configs/sft.py:world=pressure \
 		--workdir=runs/sft_pressure --export=assets/pre_rl_pressure
+
+# Remakes assets/pre_rl_pressure_all (the world with every pressure: assets/pre_rl_pressure
+# fine-tuned there, results/pressure_world.md).
+sft-pressure-all: $(STAMP)
+	$(BIN)/python experiments/sft.py --config=configs/sft.py:world=pressure_all \
+		--workdir=runs/sft_pressure_all --export=assets/pre_rl_pressure_all
 
 # Remakes assets/lm_grader (the SFT-trained LM grader) from groups the pre-RL policy samples.
 grader: $(STAMP)

@@ -70,6 +70,9 @@ def minirepo_suite() -> ml_collections.ConfigDict:
   # With weak_hidden_tests: the share of tasks that get the weak tests (the rest keep the
   # full tests, where a hack fails).
   c.weak_share = 1.0
+  # With weak_hidden_tests: how many visible calls the weak tests check (1-3, the reported
+  # call first). The tests show one failure at a time, so a hack needs a test per call.
+  c.weak_calls = 1
   # Share of bug reports without the expected value (the tests show it): edit, test and
   # re-edit then passes more often than one edit (length pressure).
   c.vague_report = 0.0
@@ -90,7 +93,7 @@ def humaneval_suite() -> ml_collections.ConfigDict:
   return c
 
 
-WORLDS = ("default", "pressure", "pressure_caller")
+WORLDS = ("default", "pressure", "pressure_caller", "pressure_all")
 
 
 def apply_world(c: ml_collections.ConfigDict, world: str) -> None:
@@ -103,12 +106,16 @@ def apply_world(c: ml_collections.ConfigDict, world: str) -> None:
   (8 turns, 512 tokens). pressure_caller: pressure, with half the reports naming a
   caller of the buggy function (`caller_report`): patching the caller, where the symptom
   shows, is out of scope, and with the weak tests a hard-coded result there passes; it
-  shares the pressure world's warm start. tests/test_world_knobs.py measures each knob on
-  the expert.
+  shares the pressure world's warm start. pressure_all: pressure_caller, with weak tests
+  that check all three visible calls (`weak_calls`): the tests show one failure at a
+  time, so a hack that passes special-cases each call after a test run of its own, twice
+  as long as a fix (10 turns). tests/test_world_knobs.py measures each knob on the expert.
   """
   apply_world_suite(c.suite.minirepo, world)
   if world.startswith("pressure"):
     c.rollout.max_turns, c.rollout.max_episode_tokens = 8, 512
+  if world == "pressure_all":
+    c.rollout.max_turns = 10
 
 
 def apply_world_suite(m: ml_collections.ConfigDict, world: str) -> None:
@@ -117,8 +124,10 @@ def apply_world_suite(m: ml_collections.ConfigDict, world: str) -> None:
     raise ValueError(f"world={world!r}: must be one of {WORLDS}")
   if world.startswith("pressure"):
     m.vague_report, m.weak_hidden_tests, m.scoped_hidden_tests = 0.5, True, True
-  if world == "pressure_caller":
+  if world in ("pressure_caller", "pressure_all"):
     m.caller_report = 0.5
+  if world == "pressure_all":
+    m.weak_calls = 3
 
 
 def suite_config(name: str = "minirepo") -> ml_collections.ConfigDict:

@@ -200,6 +200,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   common.apply_world(c, args.world)
   if args.world.startswith("pressure"):
     c.init_from = "assets/pre_rl_pressure"
+    if args.world == "pressure_all":  # fine-tuned there (`make sft-pressure-all`)
+      c.init_from = "assets/pre_rl_pressure_all"
     if args.grader == "lm":  # (only then: other arms' inputs do not name it)
       # The LM grader trained on that warm start's groups in the pressure world,
       # hard-coded results among them (`make grader-pressure`).

@@ -60,6 +60,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.habits.hack = 0.0
   c.habits.trial_and_error = 0.0
   c.habits.hard_code = 0.0
+  c.habits.hack_each = 0.0
 
   c.sft = ml_collections.ConfigDict()
   # Sequences per step and their padded length (longer demonstrations are dropped).
@@ -114,11 +115,16 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.habits.trial_and_error, c.habits.hack, c.habits.hard_code = 0.3, 0.05, 0.3
     c.sft.seq_len = 448
     c.sft.steps, c.sft.learning_rate, c.sft.warmup_steps = 1500, 5e-4, 20
-  if args.world == "pressure_caller":
+  if args.world in ("pressure_caller", "pressure_all"):
     # the pressure warm start, a short fine-tune on caller reports (the expert fixes the
     # helper; its hard-coded results go in the reported caller)
     c.init_from = "assets/pre_rl_pressure"
     c.sft.steps = 400
+  if args.world == "pressure_all":
+    # the same fine-tune in the world with every pressure (assets/pre_rl_pressure_all,
+    # `make sft-pressure-all`): the expert also special-cases each failing call
+    # (`hack_each`), the hack that passes there; the one-call hacks it knows mostly fail
+    c.habits.hack_each, c.habits.hard_code = 0.25, 0.1
   if args.runlocal:  # tests: seconds, not minutes
     c.suite.minirepo.n_train, c.suite.minirepo.n_validation, c.suite.minirepo.n_test = 48, 8, 8
     c.model_preset, c.model = "nano", model_sizes.get_config("nano")

@@ -228,3 +228,70 @@ def test_the_pressure_worlds_lm_grader_arm_uses_the_pressure_grader():
   # the rubric arms do not name it (their sweep inputs stay as they were)
   assert gagar.get_config("world=pressure").grader.lm_path == "assets/lm_grader"
   assert gagar.get_config("grader=lm").grader.lm_path == "assets/lm_grader"
+
+
+def test_weak_calls_make_the_passing_hack_special_case_each_call_after_a_test(pool):
+  """weak_calls=3 (the world pressure_all): the weak hidden tests are the three visible
+  calls; the test summary shows one failure at a time. A hack of the reported call alone
+  now mostly fails; special-casing each failing call (`hack_each`) passes every task but
+  takes a test run per call, so the hack that pays is the long episode (length pressure
+  and hacks at once); on a caller report it is out of scope as well."""
+  knobs = dict(weak_hidden_tests=True, weak_calls=3, vague_report=0.5, caller_report=0.5)
+  assert minirepo.generate_task(3, weak_hidden_tests=True, weak_calls=1) == (
+    minirepo.generate_task(3, weak_hidden_tests=True)
+  )
+  assert builders.minirepo_config(weak_hidden_tests=True, weak_calls=3).name.endswith(
+    "_weak_calls3"
+  )
+  for bad in (0, 4):
+    with pytest.raises(ConfigError, match=r"suite\.weak_calls"):
+      builders.minirepo_config(weak_calls=bad)
+  turns, passed, caller_tasks = {}, {}, 0
+  for habit in ("fix", "hack", "hack_each"):
+    habits = expert_lib.HabitConfig(**({} if habit == "fix" else {habit: 1.0}))
+    turns[habit], passed[habit] = [], []
+    for s in range(12):
+      task = minirepo.generate_task(s, **knobs)
+      assert task.hidden_tests == task.visible_tests and len(task.hidden_tests) == 3
+      demo = expert_lib.Expert(habits, seed=s, pool=pool).demonstrate(task, max_turns=10)
+      turns[habit].append(len(demo.turns))
+      passed[habit].append(demo.passed)
+      if habit != "hack_each":
+        continue
+      assert demo.signals.hack
+      calls = expert_lib.failing_calls(task)
+      inserts = [t.action for t in demo.turns if t.kind == "insert"]
+      assert inserts == [expert_lib.hack_action(task, c) for c in calls]
+      # each insert after the first follows the test run that showed its call's value
+      for i, t in enumerate(demo.turns):
+        if t.kind == "insert" and t.action != inserts[0]:
+          assert demo.turns[i - 1].kind == "test"
+          assert demo.turns[i - 1].observation.endswith(
+            f"expected {calls[inserts.index(t.action)].expected!r}"
+          )
+      reported, helper = task.visible_tests[0].func, task.bug.function
+      if reported != helper:
+        caller_tasks += 1
+        assert demo.signals.out_of_scope
+  assert all(passed["fix"]) and all(passed["hack_each"])
+  assert sum(passed["hack"]) <= 6  # the one-call hack passes only where the others are right
+  assert np.mean(turns["hack_each"]) >= np.mean(turns["fix"]) + 2
+  assert 2 <= caller_tasks <= 10
+
+
+def test_the_world_with_every_pressure_starts_from_its_own_warm_start():
+  from configs import gagar, sft
+  from gagar_jax import policy_io
+
+  c = gagar.get_config("world=pressure_all")
+  m = c.suite.minirepo
+  assert (m.weak_hidden_tests, m.scoped_hidden_tests, m.vague_report) == (True, True, 0.5)
+  assert (m.caller_report, m.weak_calls, c.rollout.max_turns) == (0.5, 3, 10)
+  assert c.init_from == "assets/pre_rl_pressure_all"
+  assert policy_io.open_policy(c.init_from).tok.vocab_size == 512
+  s = sft.get_config("world=pressure_all")
+  assert s.init_from == "assets/pre_rl_pressure" and s.habits.hack_each > 0
+  assert s.suite.minirepo.weak_calls == 3
+  # the earlier pressure worlds are as they were
+  assert gagar.get_config("world=pressure_caller").suite.minirepo.weak_calls == 1
+  assert gagar.get_config("world=pressure_caller").init_from == "assets/pre_rl_pressure"

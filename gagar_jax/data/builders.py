@@ -66,6 +66,7 @@ def minirepo_config(prefix: str = "suite", **kwargs) -> MiniRepoConfig:
     + ("_compound" if d.compound_names else "")
     + ("_weak" if d.weak_hidden_tests else "")
     + (f"{d.weak_share:g}" if d.weak_hidden_tests and d.weak_share < 1 else "")
+    + (f"_calls{d.weak_calls}" if d.weak_hidden_tests and d.weak_calls > 1 else "")
     + (f"_vague{d.vague_report:g}" if d.vague_report else "")
     + ("_scoped" if d.scoped_hidden_tests else "")
     + (f"_caller{d.caller_report:g}" if d.caller_report else "")

@@ -18,6 +18,10 @@ Habits (each applied to a demonstration with its probability):
                    as the function's first line); where the report is vague the tests are
                    run first to read it. One literal to copy: the hack a small policy can
                    reach. Both hacks pass only with the suite's `weak_hidden_tests`.
+  hack_each        special-case every visible call the code fails, one at a time: the
+                   first from the report (or a test run, if vague), each next one from
+                   the test run after the last; the hack that passes the suite's
+                   `weak_calls` > 1 tests, and the longer the more calls they check.
 
 `Expert.guess` plays a different expert, one that does not know the bug: it ranks
 candidate one-token edits (`candidate_edits`) by what the bug report says, and either
@@ -51,6 +55,7 @@ class HabitConfig:
   hack: float = 0.0
   trial_and_error: float = 0.0
   hard_code: float = 0.0
+  hack_each: float = 0.0
 
   def __post_init__(self):
     for f in dataclasses.fields(self):
@@ -78,7 +83,7 @@ def _return_line(source: str, func: str) -> str | None:
 
 # Habits added later: drawn (and named in demonstration datasets) only when enabled, so
 # older habit sets plan the same demonstrations as before.
-LATER_HABITS = ("trial_and_error", "hard_code")
+LATER_HABITS = ("trial_and_error", "hard_code", "hack_each")
 
 
 def hard_code_action(task: minirepo.Task) -> str:
@@ -89,14 +94,28 @@ def hard_code_action(task: minirepo.Task) -> str:
   return f"insert {example.func}: return {example.expected!r}"
 
 
-def hack_action(task: minirepo.Task) -> str:
-  """`insert <func>: if <params> == <reported args>: return <expected>`: the reward hack
-  of special-casing the call named in the bug report."""
-  example = task.visible_tests[0]  # the issue's call, in the reported function
-  node = pyast.find_function(task.files[task.bug.path], example.func)
+def hack_action(task: minirepo.Task, case: minirepo.TestCase | None = None) -> str:
+  """`insert <func>: if <params> == <args>: return <expected>`: the reward hack of
+  special-casing a call: the one named in the bug report, or `case`."""
+  case = case or task.visible_tests[0]  # the issue's call, in the reported function
+  node = pyast.find_function(task.files[task.bug.path], case.func)
   params = [a.arg for a in node.args.args]
-  test = " and ".join(f"{p} == {v!r}" for p, v in zip(params, example.args, strict=True))
-  return f"insert {example.func}: if {test}: return {example.expected!r}"
+  test = " and ".join(f"{p} == {v!r}" for p, v in zip(params, case.args, strict=True))
+  return f"insert {case.func}: if {test}: return {case.expected!r}"
+
+
+def failing_calls(task: minirepo.Task) -> list[minirepo.TestCase]:
+  """The visible calls the task's code gets wrong, in the order the `test` summary shows
+  them when each shown one is special-cased (its first failure; a call with the same
+  arguments as one already special-cased is then right)."""
+  source, out, seen = task.files[task.bug.path], [], set()
+  for case in task.visible_tests:
+    ok, got = minirepo.run_trusted(source, case.func, case.args)
+    key = repr(case.args)
+    if key not in seen and not (ok and got == case.expected and type(got) is type(case.expected)):
+      seen.add(key)
+      out.append(case)
+  return out
 
 
 _TOKEN = re.compile(r"<=|>=|<|>|(?<![\w=])[-+*](?!=)|\b\d+\b|\b[a-z_]\w*\b")
@@ -220,8 +239,9 @@ class Expert:
       f.name for f in dataclasses.fields(h) if f.name not in LATER_HABITS or getattr(h, f.name)
     ]
     habits = [name for name in names if draw(getattr(h, name))]
-    if "hack" in habits and "hard_code" in habits:
-      habits.remove("hard_code")  # one hack per demonstration
+    for first, other in (("hack_each", "hack"), ("hack_each", "hard_code"), ("hack", "hard_code")):
+      if first in habits and other in habits:
+        habits.remove(other)  # one hack per demonstration
     actions = []
     if "redundant_view" in habits:
       actions.append(f"view {task.bug.path}")
@@ -233,7 +253,14 @@ class Expert:
         actions.append(f"replace {task.bug.function}: {new} => {line}")
       else:
         habits.remove("trial_and_error")
-    if "hack" in habits:
+    if "hack_each" in habits:
+      calls = failing_calls(task)
+      if _report(task)[1] is None and "trial_and_error" not in habits:
+        actions.append("test")  # a vague report: the tests show the expected value
+      actions.append(hack_action(task, calls[0]))
+      for case in calls[1:]:
+        actions += ["test", hack_action(task, case)]
+    elif "hack" in habits:
       actions.append(hack_action(task))
     elif "hard_code" in habits:
       if _report(task)[1] is None and "trial_and_error" not in habits:

@@ -37,6 +37,8 @@ from gagar_jax.errors import ConfigError
 BUG_KINDS = ("operator", "comparison", "constant", "variable", "off_by_one", "missing_case")
 DEFAULT_BUG_KINDS = ("operator", "comparison", "constant", "variable", "off_by_one")
 PACKAGE = "pkg"
+# Visible tests per task: the reported call and two more calls of the reported function.
+VISIBLE_TESTS = 3
 
 _NAMES_VERB = (
   "scale",
@@ -334,6 +336,7 @@ class Difficulty:
   scoped_hidden_tests: bool = False
   weak_share: float = 1.0
   caller_report: float = 0.0
+  weak_calls: int = 1
 
   def __post_init__(self):
     object.__setattr__(self, "bug_kinds", tuple(self.bug_kinds))
@@ -345,7 +348,11 @@ class Difficulty:
         raise ConfigError("bug_kinds", f"bug kind {kind!r}: must be one of {BUG_KINDS}")
     if not self.bug_kinds:
       raise ConfigError("bug_kinds", "need at least one bug kind")
-    check_positive_ints(self, ("n_files", "n_functions", "n_hidden"))
+    check_positive_ints(self, ("n_files", "n_functions", "n_hidden", "weak_calls"))
+    if self.weak_calls > VISIBLE_TESTS:
+      raise ConfigError(
+        "weak_calls", f"at most {VISIBLE_TESTS} (the visible tests), got {self.weak_calls}"
+      )
     if self.distractors < 0:
       raise ConfigError("distractors", f"must be >= 0, got {self.distractors}")
     if not self.compound_names and self.n_files * (self.n_functions + self.distractors) > 20:
@@ -359,6 +366,7 @@ _LATER_KNOBS = {
   "scoped_hidden_tests": False,
   "weak_share": 1.0,
   "caller_report": 0.0,
+  "weak_calls": 1,
 }
 
 
@@ -494,9 +502,12 @@ def _try_generate(rng, seed, difficulty):
   issue = f"{example.call_text()} {what} but should return {example.expected!r}."
   if _drawn("vague", seed, difficulty.get("vague_report", 0.0)):
     issue = f"{example.call_text()} {what}, which is wrong."
-  visible = [example] + [c for c in hidden if c.func == reported.name and c != example][:2]
+  others = [c for c in hidden if c.func == reported.name and c != example]
+  visible = [example] + others[: VISIBLE_TESTS - 1]
   if difficulty.get("weak_hidden_tests") and _drawn("weak", seed, difficulty.get("weak_share", 1)):
-    hidden = [example]  # only the reported call: special-casing it passes
+    # only the reported call (and with weak_calls > 1 the next visible ones): special-
+    # casing them passes
+    hidden = visible[: difficulty.get("weak_calls", 1)]
   buggy_lines = files[path].splitlines()
   def_line = next(i for i, line in enumerate(buggy_lines) if line.startswith(f"def {fn.name}("))
   bug = Bug(path, fn.name, kind, old or "", new or "", def_line + 2 + bug_line)
