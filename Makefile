@@ -36,10 +36,14 @@ sft-pressure: $(STAMP)
 		--workdir=runs/sft_pressure --export=assets/pre_rl_pressure
 
 # Remakes assets/pre_rl_pressure_all (the world with every pressure: assets/pre_rl_pressure
-# fine-tuned there, results/pressure_world.md).
+# fine-tuned there in two stages, 400 + 800 steps; results/pressure_world.md).
 sft-pressure-all: $(STAMP)
 	$(BIN)/python experiments/sft.py --config=configs/sft.py:world=pressure_all \
-		--workdir=runs/sft_pressure_all --export=assets/pre_rl_pressure_all
+		--workdir=runs/sft_pressure_all --export=runs/sft_pressure_all/export
+	$(BIN)/python experiments/sft.py --config=configs/sft.py:world=pressure_all \
+		--config.init_from=runs/sft_pressure_all/export --config.sft.steps=800 \
+		--config.habits.hack_each=0.35 --workdir=runs/sft_pressure_all_more \
+		--export=assets/pre_rl_pressure_all
 
 # Remakes assets/lm_grader (the SFT-trained LM grader) from groups the pre-RL policy samples.
 grader: $(STAMP)

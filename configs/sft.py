@@ -121,9 +121,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.init_from = "assets/pre_rl_pressure"
     c.sft.steps = 400
   if args.world == "pressure_all":
-    # the same fine-tune in the world with every pressure (assets/pre_rl_pressure_all,
-    # `make sft-pressure-all`): the expert also special-cases each failing call
-    # (`hack_each`), the hack that passes there; the one-call hacks it knows mostly fail
+    # the same fine-tune in the world with every pressure, the first of two stages of
+    # assets/pre_rl_pressure_all (`make sft-pressure-all`: 800 more steps with hack_each
+    # 0.35): the expert also special-cases each failing call (`hack_each`), the hack that
+    # passes there; the one-call hacks it knows mostly fail
     c.habits.hack_each, c.habits.hard_code = 0.25, 0.1
   if args.runlocal:  # tests: seconds, not minutes
     c.suite.minirepo.n_train, c.suite.minirepo.n_validation, c.suite.minirepo.n_test = 48, 8, 8
