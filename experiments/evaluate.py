@@ -44,7 +44,9 @@ _SAMPLES = flags.DEFINE_integer("samples", 8, "Samples per task (pass@k for k <=
 _TASKS = flags.DEFINE_integer("tasks", 0, "Evaluate the first N tasks of the split (0: all).")
 _BATCH = flags.DEFINE_integer("batch_tasks", 8, "Tasks per rollout batch.")
 _TEMPERATURE = flags.DEFINE_float("temperature", 1.0, "Sampling temperature.")
-_MAX_TURNS = flags.DEFINE_integer("max_turns", 0, "Actions per episode (0: the world's, 6 / 8 / 10).")
+_MAX_TURNS = flags.DEFINE_integer(
+  "max_turns", 0, "Actions per episode (0: the world's: 6, 8 or 10)."
+)
 _MAX_ACTION = flags.DEFINE_integer("max_action_tokens", 40, "Tokens per action.")
 _MAX_OBS = flags.DEFINE_integer("max_obs_tokens", 64, "Observation tokens kept.")
 _MAX_EPISODE = flags.DEFINE_integer(

@@ -737,6 +737,13 @@ def _length_note(world: str) -> list[str]:
       "hack takes over, so growth since step 0 mixes that shared drop with what continued "
       "training adds."
     )
+  elif world == "pressure_all":
+    note += (
+      " The second was added for the pressure world, where the short hack takes over early "
+      "and shortens every arm's episodes. Here the hack that passes special-cases each "
+      "visible call after a test run of its own, so taking it lengthens the episode: the "
+      "world where GRPO's episodes grow (results/pressure_world.md)."
+    )
   else:
     note += (
       " The second was added for the pressure world, where the short hack takes over early "

@@ -194,6 +194,8 @@ def test_length_note_fits_the_world():
   assert "Length growth is measured twice" in pressure and "measured twice" in default
   assert "5 of the powered sweep's 24 runs" in pressure
   assert "24 runs" not in default and "does not arise" in default
+  every = " ".join(ra._length_note("pressure_all"))
+  assert "lengthens the episode" in every and "does not arise" not in every
 
 
 def test_workdir_digest_is_what_a_fresh_process_builds(monkeypatch):

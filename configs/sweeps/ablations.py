@@ -25,8 +25,12 @@
         --sweep=configs/sweeps/ablations.py:preset=powered,world=default --max_runs=2
 
 Presets: small (4 arms x 3 seeds within 90 minutes on 2 CPU cores), powered (the powered
-sweep), runlocal (tests). world=default|pressure|pressure_caller picks the MiniRepo world
-(configs/common.py apply_world).
+sweep), runlocal (tests). world=default|pressure|pressure_caller|pressure_all picks the
+MiniRepo world (configs/common.py apply_world).
+
+    # the world with every pressure (results/ablations_pressure_all.md, 6 arms x 4 seeds):
+    python experiments/reproduce_ablations.py --report=ablations_pressure_all \\
+        --sweep=configs/sweeps/ablations.py:preset=powered,world=pressure_all --max_runs=2
 """
 
 from configs import common
