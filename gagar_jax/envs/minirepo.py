@@ -73,6 +73,10 @@ class TestCase:
   def call_text(self) -> str:
     return f"{self.func}({', '.join(map(repr, self.args))})"
 
+  def holds(self, ok: bool, value: Any) -> bool:
+    """Whether a call that returned (`ok`) `value` passes: equal, and of the same type."""
+    return ok and value == self.expected and type(value) is type(self.expected)
+
 
 @dataclasses.dataclass(frozen=True)
 class Bug:
@@ -548,7 +552,7 @@ def run_tests(files: dict[str, str], tests: Sequence[TestCase], pool=None) -> Ev
   failures = []
   n_passed = 0
   for t, r in zip(tests, result.calls + [None] * (len(tests) - len(result.calls)), strict=True):
-    if r is not None and r.ok and r.value == t.expected and type(r.value) is type(t.expected):
+    if r is not None and t.holds(r.ok, r.value):
       n_passed += 1
     elif r is None:
       failures.append(f"{t.call_text()} did not run ({result.status})")
