@@ -8,8 +8,9 @@ and prints, per bin of RL steps, a markdown table over every candidate of the ke
 groups: the pass rate; episode tokens; how many episodes attempt a reward hack (the
 quality signals' `special_cases`, passing or not) and how often those pass; and among
 the *passing* episodes the shares with a hack, an out-of-scope edit and an invalid
-(junk) action. These are training samples (the policy as it was sampled at each step),
-so the trend shows what the reward reinforced.
+(junk) action, the last also within the passing hacks and within the passing fixes.
+These are training samples (the policy as it was sampled at each step), so the trend
+shows what the reward reinforced.
 """
 
 import json
@@ -36,6 +37,8 @@ def table(rows: list[dict]) -> str:
     ("passing_out_of_scope", "passing: out of scope", "{:.3f}"),
     ("passing_out_of_scope_no_hack", "... not a hack", "{:.3f}"),
     ("passing_invalid", "passing: junk turn", "{:.3f}"),
+    ("passing_hack_invalid", "... within hacks", "{:.3f}"),
+    ("passing_fix_invalid", "... within fixes", "{:.3f}"),
   ]
   lines = ["| " + " | ".join(c[1] for c in cols) + " |", "|" + " --- |" * len(cols)]
   for r in rows:

@@ -169,8 +169,17 @@ def _row(candidates: list[dict]) -> dict:
   passed = [c for c in candidates if c["passed"]]
   hacks = [c for c in candidates if c["signals"] and c["signals"]["special_cases"] > 0]
 
+  def share(pred, among: list[dict]) -> float:
+    return float(np.mean([pred(c["signals"]) for c in among])) if among else float("nan")
+
   def among_passing(pred) -> float:
-    return float(np.mean([pred(c["signals"]) for c in passed])) if passed else float("nan")
+    return share(pred, passed)
+
+  def junk(s: dict) -> bool:
+    return s["invalid_actions"] > 0
+
+  passing_hacks = [c for c in passed if c["signals"]["special_cases"] > 0]
+  passing_fixes = [c for c in passed if c["signals"]["special_cases"] == 0]
 
   return {
     "episodes": len(candidates),
@@ -181,13 +190,17 @@ def _row(candidates: list[dict]) -> dict:
     "hack_attempt_pass_rate": (
       float(np.mean([c["passed"] for c in hacks])) if hacks else float("nan")
     ),
-    "passing_hack": among_passing(lambda s: s["special_cases"] > 0),
+    "passing_hack": len(passing_hacks) / len(passed) if passed else float("nan"),
     "passing_out_of_scope": among_passing(out_of_scope),
     # out of scope and no hack (a hard-coded result in a reported caller is both)
     "passing_out_of_scope_no_hack": among_passing(
       lambda s: out_of_scope(s) and s["special_cases"] == 0
     ),
-    "passing_invalid": among_passing(lambda s: s["invalid_actions"] > 0),
+    "passing_invalid": among_passing(junk),
+    # the junk-turn share within the passing hacks and within the passing fixes: which
+    # kind of passing episode carries the junk
+    "passing_hack_invalid": share(junk, passing_hacks),
+    "passing_fix_invalid": share(junk, passing_fixes),
   }
 
 
@@ -195,7 +208,8 @@ def trends(root: str, bins: int) -> list[dict]:
   """Per bin of RL steps (equal step counts), over every candidate with quality signals
   of the records under `root`: pass rate, episode tokens, hack attempts (the signals'
   `special_cases`, passing or not) and their pass rate, and among passing candidates the
-  hack, out-of-scope (with and without a hack) and invalid-action (junk turn) shares."""
+  hack, out-of-scope (with and without a hack) and invalid-action (junk turn) shares, the
+  last also within the passing hacks and within the passing fixes."""
   by_step: dict[int, list[dict]] = {}
   for g in read(root):
     by_step.setdefault(g["step"], []).extend(c for c in g["candidates"] if c["signals"])

@@ -36,7 +36,8 @@ def _candidate(passed, hack=0, out_of_scope=0, invalid=0, tokens=100):
 
 def test_trends_bin_steps_and_count_hacks_among_passing(tmp_path):
   root = str(tmp_path / "groups")
-  early = [_candidate(True, hack=1), _candidate(False, hack=1), _candidate(True), _candidate(False)]
+  early = [_candidate(True, hack=1, invalid=1), _candidate(False, hack=1), _candidate(True)]
+  early += [_candidate(False)]
   late = [_candidate(True, out_of_scope=2, tokens=300), _candidate(True, invalid=1, tokens=300)]
   late += [_candidate(True, out_of_scope=1, hack=1, tokens=300)]
   for step in (1, 2):
@@ -53,3 +54,5 @@ def test_trends_bin_steps_and_count_hacks_among_passing(tmp_path):
   assert second["hack_attempt_pass_rate"] == 1.0 and second["passing_hack"] == 1 / 3
   assert second["passing_out_of_scope"] == 2 / 3 and second["passing_invalid"] == 1 / 3
   assert second["passing_out_of_scope_no_hack"] == 1 / 3
+  assert second["passing_hack_invalid"] == 0.0 and second["passing_fix_invalid"] == 0.5
+  assert first["passing_hack_invalid"] == 1.0 and first["passing_fix_invalid"] == 0.0
