@@ -1,5 +1,5 @@
 """The ablation sweep: records of finished runs, skipping them, and the report with
-paired bootstrap intervals."""
+paired intervals over seeds and tasks."""
 
 import functools
 import glob
@@ -113,7 +113,10 @@ def test_report_from_committed_records(tmp_path):
   assert (
     "late_token_growth | -25.000 [-25.000, -25.000]" in lines["... in the second half of training"]
   )
-  assert "**supported**" in lines["... fewer reward hacks"]
+  # Hack shares: grpo's 1.0, 0.4, 0.4 against gagar's 0.05. Every seed agrees in sign, but
+  # three seeds this far apart leave the mean unknown (a t interval; a percentile bootstrap
+  # over the seeds called it supported).
+  assert "**not resolved**" in lines["... fewer reward hacks"]
   assert "**supported**" in lines["GAGAR trains more stably (gradient-norm variance)"]
   # Out-of-scope shares are equal in truth: not resolved (or, rarely, a chance verdict).
   assert "[" in lines["... fewer out-of-scope edits"]

@@ -1,5 +1,5 @@
-"""The sweep statistics: standard errors and paired bootstrap intervals, on simulated
-evaluations whose truth is known."""
+"""The sweep statistics: standard errors and paired intervals over seeds and tasks, on
+simulated evaluations whose truth is known."""
 
 import numpy as np
 import pytest
@@ -49,42 +49,111 @@ def test_pass_at_k_and_habit_share():
   assert stats.episode_tokens(t) == pytest.approx(150.0)
 
 
-def _arms(rng, effect, seeds=4, tasks=128):
-  """Two arms per seed on the same tasks; arm a's pass rates are shifted by `effect`."""
+def _arms(rng, effect, seeds=4, tasks=128, seed_by_arm=0.0):
+  """Two arms per seed on the same tasks; arm a's pass rates are shifted by `effect`, plus
+  a per-seed shift of sd `seed_by_arm` (training randomness that moves the arms apart)."""
   a, b = {}, {}
+  base = rng.beta(0.6, 1.2, tasks)  # one test set for every seed, as in a sweep
   for s in range(seeds):
-    p = np.clip(rng.beta(0.6, 1.2, tasks) + rng.normal(0, 0.02), 0, 1)  # seed effect
-    a[s] = _table(np.clip(p + effect, 0, 1), 8, rng)
+    p = np.clip(base + rng.normal(0, 0.02), 0, 1)  # seed effect shared by the arms
+    shift = effect + rng.normal(0, seed_by_arm)
+    a[s] = _table(np.clip(p + shift, 0, 1), 8, rng)
     b[s] = _table(p, 8, rng)
   return a, b
 
 
-def test_paired_bootstrap_finds_a_real_difference_and_covers_no_difference():
+def test_paired_interval_finds_a_real_difference_and_covers_no_difference():
   rng = np.random.default_rng(1)
   a, b = _arms(rng, 0.08)
-  point, lo, hi = stats.paired_bootstrap(a, b, stats.pass_at_1, draws=400)
+  point, lo, hi = stats.paired_interval(a, b, stats.pass_at_1, draws=400)
   assert 0 < lo < 0.075 < hi and point == pytest.approx(0.075, abs=0.03)
   assert stats.verdict(point, lo, hi, higher_is_claimed=True) == "supported"
   assert stats.verdict(-point, -hi, -lo, higher_is_claimed=True) == "contradicted"
   covered = 0
   for r in range(30):
     a, b = _arms(np.random.default_rng(100 + r), 0.0)
-    _, lo, hi = stats.paired_bootstrap(a, b, stats.pass_at_1, draws=200, seed=r)
+    _, lo, hi = stats.paired_interval(a, b, stats.pass_at_1, draws=200, seed=r)
     covered += lo <= 0 <= hi
   assert covered >= 25  # ~95% coverage (binomial noise over 30 repetitions)
 
 
-def test_pairing_narrows_the_interval_and_needs_the_same_tasks():
+def _percentile_bootstrap(a, b, stat, draws, seed):
+  """The interval the reports used before `paired_interval`: seeds resampled, then tasks."""
+  rng = np.random.default_rng(seed)
+  out = []
+  for _ in range(draws):
+    diffs = []
+    for s in rng.choice(sorted(a), len(a)):
+      idx = rng.integers(0, len(a[s].passed), len(a[s].passed))
+      diffs.append(stat(a[s].take(idx)) - stat(b[s].take(idx)))
+    out.append(np.mean(diffs))
+  return np.quantile(out, [0.025, 0.975])
+
+
+def test_paired_interval_covers_when_training_seeds_move_the_arms_apart():
+  # Four seeds whose arm difference varies from run to run (sd 0.04; the pressure world's
+  # sweep shows about 0.03 for pass@1 and 0.1-0.3 for habit shares), true difference 0. A
+  # percentile bootstrap over the seeds takes their spread for the population's and covers
+  # far less than 95% (here 49 of 60); the t interval on the seed differences does not.
+  covered = covered_bootstrap = 0
+  reps = 60
+  for r in range(reps):
+    a, b = _arms(np.random.default_rng(500 + r), 0.0, tasks=128, seed_by_arm=0.04)
+    _, lo, hi = stats.paired_interval(a, b, stats.pass_at_1, draws=100, seed=r)
+    covered += lo <= 0 <= hi
+    blo, bhi = _percentile_bootstrap(a, b, stats.pass_at_1, draws=100, seed=r)
+    covered_bootstrap += blo <= 0 <= bhi
+  assert covered / reps >= 0.88
+  assert covered_bootstrap / reps <= 0.88
+  assert covered > covered_bootstrap
+
+
+def test_paired_interval_with_one_seed_is_over_tasks_and_handles_degenerate_figures():
+  rng = np.random.default_rng(3)
+  a, b = _arms(rng, 0.05, seeds=1)
+  point, lo, hi = stats.paired_interval(a, b, stats.pass_at_1, draws=300)
+  boot = stats.task_bootstrap(a, b, stats.pass_at_1, draws=300)
+  assert (lo, hi) == pytest.approx(tuple(np.quantile(boot, [0.025, 0.975])))
+  assert lo < point < hi
+  # A figure that is 0 for every run (no hacks anywhere): a zero-width interval, not NaN.
+  a, b = _arms(rng, 0.05)
+  point, lo, hi = stats.paired_interval(a, b, stats.habit_share("hack"), draws=50)
+  assert (point, lo, hi) == (0.0, 0.0, 0.0)
+  assert stats.verdict(point, lo, hi, higher_is_claimed=False) == "not resolved"
+
+
+def test_task_bootstrap_shares_the_task_draw_across_seeds():
+  # Arm a is better on the first half of the tasks and worse on the second, the same way
+  # for every seed: the seeds' differences agree, but a new test set could hold more of
+  # either half. One task draw for all seeds keeps that; a draw per seed averages it away.
+  rng = np.random.default_rng(4)
+  tasks, seeds = 64, 4
+  a, b = {}, {}
+  for s in range(seeds):
+    p = np.full(tasks, 0.5)
+    a[s] = _table(np.where(np.arange(tasks) < tasks // 2, 0.9, 0.1), 64, rng)
+    b[s] = _table(p, 64, rng)
+  shared = np.std(stats.task_bootstrap(a, b, stats.pass_at_1, draws=400))
+  # one seed's task bootstrap has the same spread: the seeds do not average it away
+  alone = np.std(stats.task_bootstrap({0: a[0]}, {0: b[0]}, stats.pass_at_1, draws=400))
+  assert shared == pytest.approx(alone, rel=0.25)
+  assert shared > 0.03
+
+
+def test_pairing_narrows_the_task_part_and_needs_the_same_tasks():
   rng = np.random.default_rng(2)
   a, b = _arms(rng, 0.05)
-  _, lo, hi = stats.paired_bootstrap(a, b, stats.pass_at_1, draws=400)
+  paired = np.std(stats.task_bootstrap(a, b, stats.pass_at_1, draws=400))
   # Unpaired: b's tasks shuffled, so a draw no longer shares task difficulty.
   shuffled = {s: t.take(np.random.default_rng(s).permutation(len(t.passed))) for s, t in b.items()}
   renamed = {s: stats.TaskTable(a[s].task_ids, *dataclass_rest(t)) for s, t in shuffled.items()}
-  _, ulo, uhi = stats.paired_bootstrap(a, renamed, stats.pass_at_1, draws=400)
-  assert (hi - lo) < 0.8 * (uhi - ulo)
+  unpaired = np.std(stats.task_bootstrap(a, renamed, stats.pass_at_1, draws=400))
+  assert paired < 0.5 * unpaired
+  _, lo, hi = stats.paired_interval(a, b, stats.pass_at_1, draws=400)
+  _, ulo, uhi = stats.paired_interval(a, renamed, stats.pass_at_1, draws=400)
+  assert hi - lo < uhi - ulo
   with pytest.raises(ValueError, match="different tasks"):
-    stats.paired_bootstrap(a, shuffled, stats.pass_at_1, draws=10)
+    stats.paired_interval(a, shuffled, stats.pass_at_1, draws=10)
 
 
 def dataclass_rest(t):
