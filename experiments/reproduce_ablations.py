@@ -515,6 +515,8 @@ def claim_rows(arms: dict[str, dict[int, dict]], draws: int) -> list[dict]:
     if fn is not None and fn is not stats.episode_tokens:  # a rate or share: a - b in [-1, 1]
       lo, hi = max(lo, -1.0), min(hi, 1.0)
     seeds = len(set(arms[a]) & set(arms[b]))
+    if over == "seeds x tasks" and seeds == 1:
+      over = "tasks only"  # no seed-to-seed variation in the interval yet
     rows.append(
       dict(
         claim=claim,
@@ -791,7 +793,8 @@ def write_report(sweep, runs, records: str, command: str, path: str, png: str) -
     "interval excludes 0 in the claimed direction; "
     "'contradicted': it excludes 0 the other way; 'not resolved': it contains 0; 'not "
     "measurable': a run-level figure with one seed. With one seed the evaluation intervals "
-    "are over tasks only (seed-to-seed variation not yet in them).",
+    "are over tasks only ('over': tasks only), without the seed-to-seed variation that "
+    "more seeds bring in.",
     "",
     *_length_note(sweep.get("world", "default")),
     "| claim | a - b | figure | difference [95% CI] | over | seeds | verdict |",

@@ -130,6 +130,24 @@ def test_report_from_committed_records(tmp_path):
   assert os.path.getsize(tmp_path / "results" / "report.png") > 10_000
 
 
+def test_report_with_one_seed_says_its_intervals_are_over_tasks_only(tmp_path):
+  records, rng = tmp_path / "records", np.random.default_rng(0)
+  _fake_record(records / "grpo_s0", "grpo", 0, 0.30, 60, [1, 3] * 20, 0.4, rng)
+  _fake_record(records / "gagar_s0", "gagar", 0, 0.40, 10, [1, 1.2] * 20, 0.05, rng)
+  _script(
+    f"--sweep={SWEEP}",
+    f"--records={records}",
+    f"--results={tmp_path}",
+    "--report=report",
+    "--aggregate_only",
+    "--draws=200",
+  )
+  md = (tmp_path / "report.md").read_text()
+  lines = {line.split(" | ")[0][2:]: line for line in md.splitlines() if line.startswith("| ")}
+  assert " | tasks only | 1 | " in lines["GAGAR resolves more tasks than GRPO"]
+  assert " | seeds | 1 | **not measurable** |" in lines["GAGAR curbs trajectory-length growth"]
+
+
 def test_sweep_runs_records_and_skips_finished_runs(tmp_path):
   # One real run (train.py + the out-of-distribution evaluate.py), its record, then a
   # second sitting that finds it finished and only reports.
