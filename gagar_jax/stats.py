@@ -170,25 +170,33 @@ def paired_interval(
   slightly conservative. One seed: the task bootstrap's percentile interval alone (the
   report says its intervals are over tasks only).
   """
-  from scipy import stats as sps
-
   seeds = _check_paired(a, b)
   d = np.array([stat(a[s]) - stat(b[s]) for s in seeds], float)
   d = d[np.isfinite(d)]
   if not len(d):
     return float("nan"), float("nan"), float("nan")
-  point = float(d.mean())
   boot = task_bootstrap(a, b, stat, draws=draws, seed=seed)
   boot = boot[np.isfinite(boot)]
   if len(d) < 2:
     lo, hi = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
-    return point, float(lo), float(hi)
+    return float(d.mean()), float(lo), float(hi)
+  n_tasks = len(a[seeds[0]].passed)
+  return _t_interval(d, level, v_t=float(boot.var(ddof=1)), df_t=max(n_tasks - 1, 1))
+
+
+def _t_interval(
+  d: np.ndarray, level: float, v_t: float = 0.0, df_t: float = float("inf")
+) -> tuple[float, float, float]:
+  """mean(d) +- t_df sqrt(V_S + v_t) for n >= 2 per-seed differences d, V_S = var(d) / n
+  with n - 1 degrees of freedom and v_t an extra variance with df_t; df by
+  Welch-Satterthwaite (n - 1 when v_t = 0)."""
+  from scipy import stats as sps
+
+  point = float(d.mean())
   v_s = float(d.var(ddof=1) / len(d))
-  v_t = float(boot.var(ddof=1))
   if v_s + v_t == 0:
     return point, point, point
-  n_tasks = len(next(iter(a.values())).passed)
-  df = (v_s + v_t) ** 2 / (v_s**2 / (len(d) - 1) + v_t**2 / max(n_tasks - 1, 1))
+  df = (v_s + v_t) ** 2 / (v_s**2 / (len(d) - 1) + v_t**2 / df_t)
   half = float(sps.t.ppf((1 + level) / 2, df) * np.sqrt(v_s + v_t))
   return point, point - half, point + half
 
@@ -228,13 +236,10 @@ def seed_interval(
   interval on the paired seed differences. With a handful of seeds a bootstrap of them
   covers far less than `level` (two seeds give their own range, about a 50% interval);
   t is exact for normal differences and wide when it should be. One seed: NaN bounds."""
-  from scipy import stats as sps
-
   diffs = _seed_differences(a, b)
   if len(diffs) < 2:
     return float(diffs.mean()), float("nan"), float("nan")
-  half = sps.t.ppf((1 + level) / 2, len(diffs) - 1) * diffs.std(ddof=1) / np.sqrt(len(diffs))
-  return float(diffs.mean()), float(diffs.mean() - half), float(diffs.mean() + half)
+  return _t_interval(diffs, level)
 
 
 def verdict(point: float, lo: float, hi: float, higher_is_claimed: bool) -> str:
