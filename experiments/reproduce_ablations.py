@@ -439,6 +439,8 @@ CLAIMS = [
   ("GAGAR trains more stably (gradient-norm variance)", "gagar", "grpo", "grad_norm_var", False),
   ("GAGAR's passing solutions are cleaner", "gagar", "grpo", "passing: any bloat", False),
   ("... fewer out-of-scope edits", "gagar", "grpo", "passing: out-of-scope edit", False),
+  ("... less dead code", "gagar", "grpo", "passing: dead code", False),
+  ("... fewer redundant actions", "gagar", "grpo", "passing: redundant action", False),
   ("... fewer reward hacks", "gagar", "grpo", "passing: reward hack", False),
   ("the paper's tiered protocol beats GRPO", "gagar_paper", "grpo", "test pass@1", True),
   (
@@ -757,6 +759,12 @@ def _length_note(world: str) -> list[str]:
       "so that shared drop does not arise; both figures are shown to match the pressure "
       "report."
     )
+  note += (
+    " 'Cleaner' is broken down into the components of bloat (out-of-scope edits, dead code, "
+    "redundant actions) and reward hacks; the dead-code and redundant-action rows were added "
+    "after every sweep's figures up to 22 of 24 pressure_all runs had been seen, so that each "
+    "component has a verdict, not only the ones first chosen."
+  )
   return [note, ""]
 
 

@@ -120,6 +120,9 @@ def test_report_from_committed_records(tmp_path):
   assert "**supported**" in lines["GAGAR trains more stably (gradient-norm variance)"]
   # Out-of-scope shares are equal in truth: not resolved (or, rarely, a chance verdict).
   assert "[" in lines["... fewer out-of-scope edits"]
+  # Every component of bloat has its own row.
+  assert "passing: dead code" in lines["... less dead code"]
+  assert "passing: redundant action" in lines["... fewer redundant actions"]
   assert "sum preservation" not in md  # gagar_no_rescale not in this sweep's arms
   # Per run, and the count of runs that ended on the hack with Fisher's exact test.
   assert " | 1.00 | " in lines["grpo_s0"] and lines["grpo_s0"].endswith(" | yes |")
