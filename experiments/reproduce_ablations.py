@@ -656,6 +656,11 @@ def _test_bars(ax, arms: dict[str, dict[int, dict]], colors: dict[str, str]) -> 
   ax.set_ylim(0, 1)
 
 
+def _trailing(v: np.ndarray, window: int, reduce) -> np.ndarray:
+  """reduce(v[max(i - window + 1, 0) : i + 1]) for every i: no edge effects, no look-ahead."""
+  return np.array([reduce(v[max(i - window + 1, 0) : i + 1]) for i in range(len(v))])
+
+
 def plot(arms: dict[str, dict[int, dict]], path: str) -> None:
   import matplotlib
 
@@ -666,6 +671,7 @@ def plot(arms: dict[str, dict[int, dict]], path: str) -> None:
     ("bars", "", "final test (mean +- SE over seeds)"),
     ("curve", "pass@1", "validation pass@1"),
     ("curve", "episode_tokens", "validation episode tokens"),
+    ("growth", "episode_tokens", "validation episode-token growth since step 0"),
     ("curve", "clean_pass@1", "validation pass@1, hacks counted as failing"),
     ("train", "passing_hack", "passing: hack share (train)"),
     ("train", "passing_out_of_scope", "passing: out-of-scope share (train)"),
@@ -673,6 +679,7 @@ def plot(arms: dict[str, dict[int, dict]], path: str) -> None:
     ("train", "passing_redundant", "passing: redundant-action share (train)"),
     ("train", "passing_invalid", "passing: invalid-action share (train)"),
     ("train", "grad_norm", "gradient norm (train)"),
+    ("train_var", "grad_norm", "gradient-norm variance, trailing 20 steps (train)"),
     ("train", "entropy", "policy entropy (train)"),
     ("train", "adv_abs_moved", "credit moved (train)"),
     ("train", "lambda_mean", "lambda, tiered protocol (train)"),
@@ -687,7 +694,7 @@ def plot(arms: dict[str, dict[int, dict]], path: str) -> None:
       ax.set(title=title)
       continue
     for arm, seeds in arms.items():
-      if source == "curve":
+      if source in ("curve", "growth"):
         curves = [
           (
             np.array([p["step"] for p in r["curve"]], float),
@@ -704,10 +711,12 @@ def plot(arms: dict[str, dict[int, dict]], path: str) -> None:
       ys = []
       for s, v in curves:
         v = np.interp(grid, s, v)
-        if source == "train":  # a trailing mean over up to 10 steps (no edge effects)
-          c = np.concatenate([[0.0], np.cumsum(v)])
-          lo = np.maximum(np.arange(len(v)) - 9, 0)
-          v = (c[1:] - c[lo]) / (np.arange(len(v)) + 1 - lo)
+        if source == "growth":
+          v = v - v[0]
+        elif source == "train":  # a trailing mean over up to 10 steps
+          v = _trailing(v, 10, np.mean)
+        elif source == "train_var":  # a trailing variance over up to 20 steps
+          v = _trailing(v, 20, np.var)
         ys.append(v)
       ys = np.array(ys)
       mean = np.nanmean(ys, 0)

@@ -222,6 +222,17 @@ def test_length_note_fits_the_world():
   assert "lengthens the episode" in every and "does not arise" not in every
 
 
+def test_trailing_window_of_the_training_panels():
+  # The figure's train panels: a trailing mean (10 steps) and variance (20 steps), over the
+  # steps so far at the start, never over steps still to come.
+  ra = _load_script()
+  v = np.array([1.0, 3.0, 5.0, 100.0])
+  np.testing.assert_allclose(ra._trailing(v, 2, np.mean), [1.0, 2.0, 4.0, 52.5])
+  np.testing.assert_allclose(
+    ra._trailing(v, 3, np.var), [0.0, 1.0, np.var([1, 3, 5]), np.var([3, 5, 100])]
+  )
+
+
 def test_workdir_digest_is_what_a_fresh_process_builds(monkeypatch):
   # A sweep left running while configs/ is edited holds the old modules; the digest it
   # checks a workdir against must be of the config the run's train.py will build.
