@@ -22,10 +22,18 @@ def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
       raise ValueError(f"config arg {key!r}: unknown key (known keys: {sorted(defaults)})")
     kind = type(defaults[key])
     if kind is bool:
-      out[key] = value.lower() in ("1", "true", "yes")
+      if value.lower() not in _BOOLS:
+        raise ValueError(f"config arg {key!r}: expected true or false, got {value!r}")
+      out[key] = _BOOLS[value.lower()]
     else:
-      out[key] = kind(value)
+      try:
+        out[key] = kind(value)
+      except ValueError:
+        raise ValueError(f"config arg {key!r}: expected {kind.__name__}, got {value!r}") from None
   return out
+
+
+_BOOLS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
 
 
 def mesh_config(data: int = -1, fsdp: int = 1, tensor: int = 1) -> ml_collections.ConfigDict:

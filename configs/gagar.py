@@ -192,6 +192,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   # Checkpoints under workdir/checkpoints every this many steps (and at the end).
   c.checkpoint_every = 10
+  # Resuming a workdir with a config that differs outside gagar_jax/workdir.py's
+  # SAFE_ON_RESUME fields is refused; True goes on anyway (logged in config_changes.jsonl).
+  c.resume_override = False
   c.sandbox_workers = 2
 
   # The MiniRepo world (configs/common.py apply_world): default, or pressure (vague reports,

@@ -89,6 +89,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   # Checkpoints under workdir/checkpoints.
   c.checkpoint_every = 250
+  # Resuming a workdir with a config that differs outside gagar_jax/workdir.py's
+  # SAFE_ON_RESUME fields is refused; True goes on anyway (logged in config_changes.jsonl).
+  c.resume_override = False
 
   # The MiniRepo world (configs/common.py apply_world). pressure: groups the pressure
   # world's warm start samples there (assets/lm_grader_pressure, `make grader-pressure`);

@@ -99,6 +99,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   # Checkpoints under workdir/checkpoints.
   c.checkpoint_every = 500
+  # Resuming a workdir with a config that differs outside gagar_jax/workdir.py's
+  # SAFE_ON_RESUME fields is refused; True goes on anyway (logged in config_changes.jsonl).
+  c.resume_override = False
 
   # Sandbox pool for tests and evaluation.
   c.sandbox_workers = 2

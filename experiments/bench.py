@@ -28,12 +28,12 @@ import grpo_matched_task
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags
+from absl import flags
 from flax import nnx
 from timing import median_time
 
 from configs import model_sizes
-from gagar_jax import advantages, sharding
+from gagar_jax import advantages, cli, sharding
 from gagar_jax.learner.config import LearnerConfig
 from gagar_jax.learner.learner import Learner
 from gagar_jax.learner.step import Batch
@@ -479,5 +479,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  jax.config.config_with_absl()  # JAX's own flags (--jax_platforms, ...) on the command line
-  app.run(main)
+  cli.run(main)

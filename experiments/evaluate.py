@@ -30,10 +30,11 @@ import time
 import jax
 import ml_collections
 import numpy as np
-from absl import app, flags, logging
+from absl import flags, logging
 
 from configs import common
-from gagar_jax import evaluation, policy_io, rollout, suites
+from gagar_jax import cli, evaluation, policy_io, rollout, suites
+from gagar_jax import workdir as workdir_lib
 from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
 from gagar_jax.errors import ConfigError
 
@@ -153,6 +154,13 @@ def seed_range_tasks(section) -> list:
   return [minirepo.generate_task(s, **difficulty) for s in range(start, end)]
 
 
+def output_folder() -> str:
+  """`--out`, or runs/eval/<policy>_<suite>_<split or seeds>."""
+  name = os.path.basename(os.path.normpath(_POLICY.value))
+  where = _SEEDS.value.replace(":", "-") if _SEEDS.value else _SPLIT.value
+  return _OUT.value or os.path.join("runs", "eval", f"{name}_{_SUITE.value}_{where}")
+
+
 def run() -> dict:
   suites.get(_SUITE.value, "suite")
   suites.check_split(_SPLIT.value, "split")
@@ -160,7 +168,11 @@ def run() -> dict:
     raise ConfigError("samples", f"must be >= 1, got {_SAMPLES.value}")
   if _TASKS.value < 0 or _BATCH.value < 1:
     raise ConfigError("tasks" if _TASKS.value < 0 else "batch_tasks", "must be positive")
-  policy = policy_io.open_policy(_POLICY.value, chat_template_spec=_TEMPLATE.value)
+  if _SEEDS.value and flags.FLAGS["split"].present:
+    raise ConfigError("split", "--seeds generates its own tasks; give --split or --seeds, not both")
+  out = output_folder()  # checked now, written after the evaluation
+  workdir_lib.check_output_folder(out, "out", keeps=("eval.json",))
+  policy = policy_io.open_policy(_POLICY.value, chat_template_spec=_TEMPLATE.value, field="policy")
   max_episode = _MAX_EPISODE.value or policy.model_config.max_seq_len
   world = ml_collections.ConfigDict(
     {"suite": common.suite_config(_SUITE.value), "rollout": {"max_turns": 6}}
@@ -222,9 +234,6 @@ def run() -> dict:
     "seconds": time.time() - start,
     "command": " ".join(sys.argv),
   }
-  name = os.path.basename(os.path.normpath(_POLICY.value))
-  where = _SEEDS.value.replace(":", "-") if _SEEDS.value else _SPLIT.value
-  out = _OUT.value or os.path.join("runs", "eval", f"{name}_{_SUITE.value}_{where}")
   os.makedirs(out, exist_ok=True)
   with open(os.path.join(out, "eval.json"), "w") as f:
     json.dump(result, f, indent=2)
@@ -247,5 +256,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  jax.config.config_with_absl()  # JAX's own flags (--jax_platforms, ...) on the command line
-  app.run(main)
+  cli.run(main)

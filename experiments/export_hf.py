@@ -8,10 +8,10 @@ EvalPlus, and back here with `--config.init_from=out`. A policy imported from an
 folder keeps that tokenizer's files and template.
 """
 
-import jax
-from absl import app, flags, logging
+from absl import flags, logging
 
-from gagar_jax import policy_io
+from gagar_jax import cli, policy_io
+from gagar_jax import workdir as workdir_lib
 from gagar_jax.models import hf_export
 
 _POLICY = flags.DEFINE_string("policy", None, "The policy (or HF) folder to export.")
@@ -22,7 +22,8 @@ flags.mark_flags_as_required(["policy", "out"])
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  tok, model_config, params = policy_io.load(_POLICY.value)
+  workdir_lib.check_output_folder(_OUT.value, "out", keeps=hf_export.WEIGHT_FILES)
+  tok, model_config, params = policy_io.load(_POLICY.value, field="policy")
   policy_io.export_hf(_OUT.value, tok, model_config, params)
   print(
     f"exported {_POLICY.value} ({model_config.num_params() / 1e6:.2f}M parameters, "
@@ -31,5 +32,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  jax.config.config_with_absl()  # JAX's own flags (--jax_platforms, ...) on the command line
-  app.run(main)
+  cli.run(main)

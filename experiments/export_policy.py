@@ -9,11 +9,12 @@
 import json
 import os
 
-import jax
-from absl import app, flags, logging
+from absl import flags, logging
 from ml_collections import config_flags
 
-from gagar_jax import policy_io, sft, sharding
+from gagar_jax import cli, policy_io, sft, sharding
+from gagar_jax import workdir as workdir_lib
+from gagar_jax.errors import InputError
 from gagar_jax.learner.checkpoint import Checkpointer
 from gagar_jax.models import tokenizers, transformer
 
@@ -26,6 +27,7 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
   config, workdir = _CONFIG.value, _WORKDIR.value
+  workdir_lib.check_output_folder(_OUT.value, "out", keeps=sft.POLICY_FILES)
   tok = tokenizers.HFTokenizer.from_file(os.path.join(workdir, "tokenizer"))
   model_config = transformer.ModelConfig.from_dict({**config.model, "vocab_size": tok.vocab_size})
   mesh = sharding.make_mesh(config.mesh)
@@ -33,7 +35,10 @@ def main(argv):
   ckpt = Checkpointer(
     os.path.join(workdir, "checkpoints"), trainer.abstract_state, trainer.state_shardings
   )
-  state, _ = ckpt.restore()
+  restored = ckpt.restore_newest()
+  if restored is None:
+    raise InputError(ckpt.directory, "no checkpoint to export")
+  state = restored[1]
   policy_io.export(_OUT.value, tok, model_config, state.params)
   summary = os.path.join(workdir, "summary.json")
   if os.path.exists(summary):
@@ -45,5 +50,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  jax.config.config_with_absl()  # JAX's own flags (--jax_platforms, ...) on the command line
-  app.run(main)
+  cli.run(main)

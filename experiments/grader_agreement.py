@@ -25,11 +25,10 @@ invalid-output rate (after the agent's retry), model tokens and time per group.
 
 import tempfile
 
-import jax
-from absl import app, flags
+from absl import flags
 
 from configs import common
-from gagar_jax import grader_sft, rollout
+from gagar_jax import cli, grader_sft, rollout
 from gagar_jax.data import builders
 from gagar_jax.data.builders import SPLIT_SEED_BASE
 from gagar_jax.envs import expert as expert_lib
@@ -179,5 +178,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  jax.config.config_with_absl()  # JAX's own flags (--jax_platforms, ...) on the command line
-  app.run(main)
+  cli.run(main)

@@ -17,9 +17,9 @@ import json
 import os
 import sys
 
-from absl import app, flags
+from absl import flags
 
-from gagar_jax import inspection
+from gagar_jax import cli, inspection
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A training run's workdir.", required=True)
 _BINS = flags.DEFINE_integer("bins", 6, "Bins of RL steps (equal numbers of steps).")
@@ -59,4 +59,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

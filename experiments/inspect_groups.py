@@ -16,9 +16,9 @@ groups while `config.inspect.record` is on (gagar_jax/inspection.py).
 import os
 import sys
 
-from absl import app, flags
+from absl import flags
 
-from gagar_jax import inspector
+from gagar_jax import cli, inspector
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A training run's workdir.", required=True)
 _STEP = flags.DEFINE_integer("step", None, "Only this RL step's groups.")
@@ -35,4 +35,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -19,10 +19,10 @@ Devices: tpu-v5p, tpu-v5e, h100-80g, h200.
 import sys
 
 import jax
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
 
-from gagar_jax import planner
+from gagar_jax import cli, planner
 from gagar_jax.errors import ConfigError
 from gagar_jax.learner.config import LearnerConfig
 from gagar_jax.models import transformer
@@ -126,5 +126,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  jax.config.config_with_absl()  # JAX's own flags (--jax_platforms, ...) on the command line
-  app.run(main)
+  cli.run(main)

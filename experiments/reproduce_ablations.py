@@ -41,11 +41,10 @@ import subprocess
 import sys
 import time
 
-import jax
 import numpy as np
-from absl import app, flags
+from absl import flags
 
-from gagar_jax import configlib, stats
+from gagar_jax import cli, configlib, stats
 
 _SWEEP = flags.DEFINE_string(
   "sweep",
@@ -888,5 +887,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  jax.config.config_with_absl()  # JAX's own flags (--jax_platforms, ...) on the command line
-  app.run(main)
+  cli.run(main)

@@ -31,11 +31,11 @@ import time
 
 import jax
 import numpy as np
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
 from timing import median_time
 
-from gagar_jax import sharding
+from gagar_jax import cli, sharding
 from gagar_jax.errors import ConfigError
 from gagar_jax.models import sampler as sampler_lib
 from gagar_jax.models import tokenizers, transformer
@@ -205,7 +205,9 @@ def chat(
   from gagar_jax import policy_io
   from gagar_jax.envs import transcript
 
-  tok, model_cfg, params = policy_io.load(policy_dir, chat_template_spec=chat_template)
+  tok, model_cfg, params = policy_io.load(
+    policy_dir, chat_template_spec=chat_template, field="policy"
+  )
   fmt = transcript.AgentFormat(tok)
   graphdef, _ = transformer.abstract(model_cfg)
   params = jax.device_put(params)
@@ -255,7 +257,7 @@ def main(argv):
   del argv
   if _POLICY.value:
     if not _PROMPT.value:
-      raise app.UsageError("--policy needs at least one --prompt")
+      raise ConfigError("prompt", "--policy needs at least one --prompt")
     chat(
       _POLICY.value,
       _PROMPT.value,
@@ -270,5 +272,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  jax.config.config_with_absl()  # JAX's own flags (--jax_platforms, ...) on the command line
-  app.run(main)
+  cli.run(main)

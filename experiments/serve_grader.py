@@ -12,9 +12,9 @@ requests must send `Authorization: Bearer <key>`.
 
 import os
 
-import jax
-from absl import app, flags, logging
+from absl import flags, logging
 
+from gagar_jax import cli
 from gagar_jax.grading import lm_grader, server
 
 _GRADER = flags.DEFINE_string("grader", "assets/lm_grader", "A grader folder (sft.py --export).")
@@ -32,7 +32,7 @@ _MAX_PENDING = flags.DEFINE_integer(
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  chat = lm_grader.load_chat_model(_GRADER.value, max_batch=_MAX_BATCH.value)
+  chat = lm_grader.load_chat_model(_GRADER.value, max_batch=_MAX_BATCH.value, field="grader")
   key = _KEY.value or os.environ.get("GAGAR_GRADER_API_KEY", "")
   httpd = server.make_server(
     chat,
@@ -54,5 +54,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  jax.config.config_with_absl()  # JAX's own flags (--jax_platforms, ...) on the command line
-  app.run(main)
+  cli.run(main)

@@ -8,11 +8,10 @@ python experiments/sft.py --config=configs/grader_sft.py --workdir=runs/grader \
 import os
 import sys
 
-import jax
-from absl import app, flags, logging
+from absl import flags, logging
 from ml_collections import config_flags
 
-from gagar_jax import sft
+from gagar_jax import cli, sft
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/sft.py", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", "runs/sft", "Outputs and checkpoints go here.")
@@ -39,5 +38,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  jax.config.config_with_absl()  # JAX's own flags (--jax_platforms, ...) on the command line
-  app.run(main)
+  cli.run(main)

@@ -7,11 +7,10 @@
 Resumes automatically from the workdir's checkpoints.
 """
 
-import jax
-from absl import app, flags, logging
+from absl import flags, logging
 from ml_collections import config_flags
 
-from gagar_jax import trainer
+from gagar_jax import cli, trainer
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/gagar.py", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", "runs/gagar", "Outputs and checkpoints go here.")
@@ -28,5 +27,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  jax.config.config_with_absl()  # JAX's own flags (--jax_platforms, ...) on the command line
-  app.run(main)
+  cli.run(main)

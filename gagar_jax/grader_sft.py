@@ -21,6 +21,7 @@ import os
 import time
 
 from gagar_jax import sft, sharding
+from gagar_jax import workdir as workdir_lib
 from gagar_jax.configlib import check
 from gagar_jax.grading import backends, demos, lm_grader
 
@@ -83,7 +84,6 @@ def hack_tasks(tasks, every: int):
 
 
 def run(config, workdir: str, export: str = "") -> dict:
-  from gagar_jax import metrics as metrics_lib
   from gagar_jax.data import pipeline
 
   start = time.time()
@@ -93,9 +93,9 @@ def run(config, workdir: str, export: str = "") -> dict:
     "agent.max_total_tokens",
     f"{config.agent.max_total_tokens} exceeds the grader's context={config.context}",
   )
+  workdir_lib.check_output_folder(export, "export", keeps=sft.POLICY_FILES)
   sharding.initialize_distributed(config.distributed)
-  os.makedirs(workdir, exist_ok=True)
-  metrics_lib.save_config(config, workdir)
+  workdir_lib.claim(workdir, "grader_sft", config)  # the whole config is valid
   print(
     f"[grader] building/reading grader demonstrations in {config.data_dir} "
     f"(groups sampled by {config.grader_data.policy_dir})",

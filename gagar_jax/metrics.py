@@ -74,16 +74,3 @@ def read(path: str) -> list[dict]:
   """All records of a metrics.jsonl file."""
   with open(path) as f:
     return [json.loads(line) for line in f if line.strip()]
-
-
-def save_config(config, workdir: str) -> None:
-  """The run's config beside its metrics (process 0 only)."""
-  if jax.process_index() != 0:
-    return
-  os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, "config.json"), "w") as f:
-    f.write(
-      config.to_json_best_effort(indent=2)
-      if hasattr(config, "to_json_best_effort")
-      else json.dumps(config, indent=2, default=str)
-    )

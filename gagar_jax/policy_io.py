@@ -23,9 +23,10 @@ import os
 import jax
 import numpy as np
 from flax import nnx
-from safetensors.numpy import load_file, save_file
+from safetensors.numpy import save_file
 
-from gagar_jax.errors import ConfigError
+from gagar_jax import files
+from gagar_jax.errors import ConfigError, InputError
 from gagar_jax.models import chat_template, hf_import, tokenizers, transformer
 
 SHAPE_FIELDS = ("embed_dim", "num_layers", "num_heads", "num_kv_heads", "head_dim", "mlp_dim")
@@ -45,15 +46,17 @@ class Policy:
   model_config: transformer.ModelConfig
 
 
-def kind(path: str) -> str:
-  """ "policy" or "hf"; a ConfigError saying what is missing for a folder of neither kind."""
+def kind(path: str, field: str = "init_from") -> str:
+  """ "policy" or "hf"; a ConfigError (naming `field`, the flag or config field that gave
+  the path) saying what is missing for a folder of neither kind."""
   if not os.path.isdir(path):
-    raise ConfigError("init_from", f"{path!r} is not a folder")
+    what = "does not exist" if not os.path.exists(path) else "is a file, not a folder"
+    raise ConfigError(field, f"{path!r} {what}")
   has = set(os.listdir(path))
   if "params.safetensors" in has:
     missing = [f for f in ("model.json", "tokenizer") if f not in has]
     if missing:
-      raise ConfigError("init_from", f"policy folder {path!r} lacks {', '.join(missing)}")
+      raise ConfigError(field, f"policy folder {path!r} lacks {', '.join(missing)}")
     return "policy"
   if "config.json" in has:
     missing = []
@@ -62,17 +65,17 @@ def kind(path: str) -> str:
     if "tokenizer.json" not in has:
       missing.append("tokenizer.json")
     if missing:
-      raise ConfigError("init_from", f"HF folder {path!r} lacks {', '.join(missing)}")
+      raise ConfigError(field, f"HF folder {path!r} lacks {', '.join(missing)}")
     return "hf"
   raise ConfigError(
-    "init_from",
+    field,
     f"{path!r} is neither a policy folder (params.safetensors, model.json, tokenizer/) "
     "nor a Hugging Face folder (config.json, model.safetensors, tokenizer.json); "
     "make a policy with experiments/sft.py --export=DIR",
   )
 
 
-def _hf_model_config(path: str, overrides, preset) -> transformer.ModelConfig:
+def _hf_model_config(path: str, overrides, preset, field) -> transformer.ModelConfig:
   """The checkpoint's shape; `overrides` (config.model) may set only SAFE_OVERRIDES.
 
   Fields of `overrides` equal to the size `preset` they came from are not the user's
@@ -80,8 +83,10 @@ def _hf_model_config(path: str, overrides, preset) -> transformer.ModelConfig:
   """
   try:
     saved = hf_import.read_config(path)
+  except InputError:
+    raise
   except (ValueError, KeyError) as e:
-    raise ConfigError("init_from", f"{path}/config.json: {e}") from None
+    raise ConfigError(field, f"{path}/config.json: {e}") from None
   fields = {f: getattr(saved, f) for f in saved.__dataclass_fields__}
   for field, value in dict(overrides or {}).items():
     if field in RUNTIME_FIELDS:
@@ -106,7 +111,9 @@ def _hf_model_config(path: str, overrides, preset) -> transformer.ModelConfig:
   return transformer.ModelConfig.from_dict(fields)
 
 
-def open_policy(path: str, model_overrides=None, *, preset=None, chat_template_spec=""):
+def open_policy(
+  path: str, model_overrides=None, *, preset=None, chat_template_spec="", field="init_from"
+):
   """Reads and checks a policy or HF folder, all but its weights; returns a `Policy`.
 
   Args:
@@ -116,21 +123,26 @@ def open_policy(path: str, model_overrides=None, *, preset=None, chat_template_s
       overrides may change only SAFE_OVERRIDES.
     preset: the size preset `config.model` came from (a dict), if any.
     chat_template_spec: a template to use instead of the folder's (`.jinja` path or text).
+    field: the flag or config field that named `path` (in error messages).
   """
-  what = kind(path)
+  what = kind(path, field)
   tok_dir = os.path.join(path, "tokenizer") if what == "policy" else path
   try:
     tok = tokenizers.HFTokenizer.from_file(tok_dir, chat_template=chat_template_spec)
   except chat_template.TemplateError as e:
     raise ConfigError("chat_template", str(e)) from None
+  except InputError:
+    raise
   except (ValueError, OSError) as e:
-    raise ConfigError("init_from", f"tokenizer of {path}: {e}") from None
+    raise ConfigError(field, f"tokenizer of {path}: {e}") from None
   if tok.template is None:
     raise ConfigError(
       "chat_template",
       f"the tokenizer in {tok_dir} has no chat template (neither chat_template.jinja nor "
       "tokenizer_config.json's chat_template); set config.chat_template to a .jinja file",
     )
+  for name in _weight_files(path, what):  # headers only: a damaged file fails here
+    files.check_safetensors(os.path.join(path, name))
   if what == "policy":
     saved = read_model_config(path)
     for key in SHAPE_FIELDS:
@@ -141,12 +153,15 @@ def open_policy(path: str, model_overrides=None, *, preset=None, chat_template_s
           f"{model_overrides[key]} does not match the warm start in {path} ({saved[key]})",
         )
     runtime = {k: model_overrides[k] for k in RUNTIME_FIELDS if k in (model_overrides or {})}
-    model_config = transformer.ModelConfig.from_dict({**saved, **runtime})
+    try:
+      model_config = transformer.ModelConfig.from_dict({**saved, **runtime})
+    except ConfigError as e:
+      raise InputError(os.path.join(path, "model.json"), str(e)) from None
   else:
-    model_config = _hf_model_config(path, model_overrides, preset)
+    model_config = _hf_model_config(path, model_overrides, preset, field)
   if tok.vocab_size > model_config.vocab_size:
     raise ConfigError(
-      "init_from",
+      field,
       f"the tokenizer of {path} has {tok.vocab_size} tokens but the embedding only "
       f"{model_config.vocab_size} rows",
     )
@@ -174,12 +189,13 @@ def load_weights(policy: Policy, *, mesh=None, rules=None) -> nnx.State:
   if policy.kind == "hf":
     return hf_import.load_params(policy.path, policy.model_config, mesh=mesh, rules=rules)
   _, abstract = transformer.abstract(policy.model_config)
-  arrays = load_file(os.path.join(policy.path, "params.safetensors"))
+  file = os.path.join(policy.path, "params.safetensors")
+  arrays = files.read_safetensors(file)
   flat = []
   for k, var in nnx.to_flat_state(abstract):
     name = "/".join(map(str, k))
     if name not in arrays or arrays[name].shape != var.get_value().shape:
-      raise ValueError(f"{policy.path}: parameter {name} missing or of the wrong shape")
+      raise InputError(file, f"parameter {name} is missing or of the wrong shape")
     var.set_value(np.asarray(arrays[name]).astype(var.get_value().dtype))
     flat.append((k, var))
   params = nnx.from_flat_state(flat)
@@ -191,10 +207,19 @@ def load_weights(policy: Policy, *, mesh=None, rules=None) -> nnx.State:
 
 
 def load(
-  path: str, model_overrides=None, *, preset=None, chat_template_spec="", mesh=None, rules=None
+  path: str,
+  model_overrides=None,
+  *,
+  preset=None,
+  chat_template_spec="",
+  mesh=None,
+  rules=None,
+  field="init_from",
 ):
   """(tokenizer, ModelConfig, params) of a policy or HF folder (see `open_policy`)."""
-  policy = open_policy(path, model_overrides, preset=preset, chat_template_spec=chat_template_spec)
+  policy = open_policy(
+    path, model_overrides, preset=preset, chat_template_spec=chat_template_spec, field=field
+  )
   return policy.tok, policy.model_config, load_weights(policy, mesh=mesh, rules=rules)
 
 
@@ -225,7 +250,7 @@ def export_hf(path: str, tok, model_config: transformer.ModelConfig, params) -> 
 
 def fingerprint(path: str) -> str:
   """sha256 of the folder's weight files: tells whether a warm start changed."""
-  names = ["params.safetensors"] if kind(path) == "policy" else _hf_weight_files(path)
+  names = _weight_files(path, kind(path))
   h = hashlib.sha256()
   for name in names:
     h.update(name.encode())
@@ -235,15 +260,21 @@ def fingerprint(path: str) -> str:
   return h.hexdigest()
 
 
-def _hf_weight_files(path: str) -> list[str]:
+def _weight_files(path: str, what: str) -> list[str]:
+  if what == "policy":
+    return ["params.safetensors"]
   index = os.path.join(path, "model.safetensors.index.json")
   if os.path.exists(index):
-    with open(index) as f:
-      return sorted(set(json.load(f)["weight_map"].values()))
+    weight_map = files.read_json(index).get("weight_map")
+    if not isinstance(weight_map, dict):
+      raise InputError(index, "lacks a weight_map object")
+    return sorted(set(weight_map.values()))
   return ["model.safetensors"]
 
 
 def read_model_config(path: str) -> dict:
   """The folder's `model.json` (shape fields and max_seq_len), without loading weights."""
-  with open(os.path.join(path, "model.json")) as f:
-    return json.load(f)
+  file = os.path.join(path, "model.json")
+  saved = files.read_json(file)
+  files.require(saved, SHAPE_FIELDS, file)
+  return saved

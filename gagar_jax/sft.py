@@ -21,9 +21,11 @@ import numpy as np
 import optax
 from flax import nnx
 
-from gagar_jax import sharding
+from gagar_jax import cli, sharding
+from gagar_jax import workdir as workdir_lib
 from gagar_jax.configlib import check, check_positive_ints, from_dict
 from gagar_jax.envs import transcript
+from gagar_jax.errors import Interrupted
 from gagar_jax.learner import train_state
 from gagar_jax.learner.config import OptimConfig
 from gagar_jax.models import transformer
@@ -152,6 +154,9 @@ def encode_demos(
     raise ValueError(f"every demonstration is longer than seq_len={seq_len}")
   return np.stack(rows), np.stack(weights), dropped
 
+
+# What an exported policy folder holds (an earlier export may be overwritten).
+POLICY_FILES = ("model.json", "params.safetensors")
 
 # SFT batches are cut to a multiple of this many positions (`SFTTrainer.step`).
 LENGTH_BUCKET = 256
@@ -325,8 +330,12 @@ def fit(
     save_every=config.checkpoint_every,
     keep=2,
   )
-  if ckpt.latest_step() is not None:
-    state, meta = ckpt.restore()
+  writer = metrics_lib.MetricWriter(workdir)
+  restored = ckpt.restore_newest(log=lambda line: print(line, flush=True))
+  if restored is not None:
+    _, state, meta, _ = restored
+    # Rows a killed run logged past its last checkpoint are logged again: drop them.
+    writer.rewind(int(state.step))
     print(f"[{tag}] resumed from step {int(state.step)}", flush=True)
   elif policy is not None:
     from gagar_jax import policy_io
@@ -342,14 +351,14 @@ def fit(
     f"{float((weights > 0).sum(1).mean()):.0f} tokens",
     flush=True,
   )
-  writer = metrics_lib.MetricWriter(workdir)
   curve = list(meta.get("curve", []))
   budget = config.time_budget_minutes * 60 or float("inf")
   batches = trainer.batches(
     tokens, weights, sft_config.batch_size, config.seed, start=int(state.step)
   )
-  step = first_step = int(state.step)
-  train_start, losses = time.time(), []
+  step = first_step = logged = int(state.step)
+  train_start, losses, finished = time.time(), [], False
+  stop = cli.GracefulStop(f"[{tag}]").install()
   try:
     while step < sft_config.steps and time.time() - start < budget:
       _, x, w = next(batches)
@@ -376,9 +385,23 @@ def fit(
           }
         )
         writer.write(step, ev, prefix="eval")
+      logged = step
       ckpt.save(step, state, {"curve": curve})
+      if stop.requested and step < sft_config.steps:
+        raise Interrupted(
+          f"[{tag}] stopped at step {step}/{sft_config.steps} (Ctrl-C); checkpoint saved in "
+          f"{ckpt.directory}: rerun the same command to resume"
+        )
+    finished = True
   finally:
-    ckpt.save(step, state, {"curve": curve}, force=True)
+    stop.restore()
+    try:  # only a step whose rows are all written (module docstring of trainer.py)
+      if finished or logged == step:
+        ckpt.save(step, state, {"curve": curve}, force=True)
+    except Exception as e:
+      if finished:
+        raise
+      print(f"[{tag}] no final checkpoint ({type(e).__name__}); the last saved one stands")
     writer.close()
   return Fitted(
     tok=tok,
@@ -402,7 +425,6 @@ def run(config, workdir: str, export: str = "") -> dict:
   import time
 
   from gagar_jax import evaluation, rollout, suites
-  from gagar_jax import metrics as metrics_lib
   from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
 
   start = time.time()
@@ -410,9 +432,9 @@ def run(config, workdir: str, export: str = "") -> dict:
   rollout_cfg = dataclasses.replace(
     from_dict(rollout.RolloutConfig, config.rollout, "rollout"), group_size=config.eval.group_size
   )
+  workdir_lib.check_output_folder(export, "export", keeps=POLICY_FILES)
   sharding.initialize_distributed(config.distributed)
-  os.makedirs(workdir, exist_ok=True)
-  metrics_lib.save_config(config, workdir)
+  workdir_lib.claim(workdir, "sft", config)  # the whole config is valid
   mixture = suites.check_config(config.suite)
   by_suite = len(mixture) > 1
   print(

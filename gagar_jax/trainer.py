@@ -22,10 +22,11 @@ import jax
 import numpy as np
 
 from gagar_jax import arms as arms_lib
-from gagar_jax import evaluation, policy_io, rollout, sharding, suites
+from gagar_jax import cli, evaluation, policy_io, rollout, sharding, suites
 from gagar_jax import metrics as metrics_lib
+from gagar_jax import workdir as workdir_lib
 from gagar_jax.configlib import check, check_positive_ints, from_dict
-from gagar_jax.errors import ConfigError
+from gagar_jax.errors import ConfigError, Interrupted
 from gagar_jax.grading import backends
 from gagar_jax.learner import step as step_lib
 from gagar_jax.learner.checkpoint import Checkpointer
@@ -46,6 +47,12 @@ def parse_config(config):
   check(config.inspect.max_steps > 0, "inspect.max_steps", "must be > 0")
   learner_cfg = from_dict(LearnerConfig, config.learner, "learner")
   rollout_cfg = from_dict(rollout.RolloutConfig, config.rollout, "rollout")
+  check(
+    rollout_cfg.group_size >= 2,
+    "rollout.group_size",
+    f"must be >= 2 for RL, got {rollout_cfg.group_size}: a group of one has no baseline, so "
+    "every advantage would be 0 and no step would learn",
+  )
   arms_lib.check_advantage(config.arm, learner_cfg.advantage)
   graded_suites(config)  # checks the suite section and grader.suites
   policy = policy_io.open_from_config(config)
@@ -177,11 +184,14 @@ class Trainer:
       f"{config.num_groups} groups do not split over {self.processes} processes",
     )
     self.local_groups = config.num_groups // self.processes
-    os.makedirs(workdir, exist_ok=True)
-    metrics_lib.save_config(config, workdir)
     self.tok, model_config = policy.tok, policy.model_config
     self.model_config = model_config
     self.mesh = sharding.make_mesh(config.mesh)
+    step_lib.check_split(
+      config.num_groups, self.mesh, self.learner_cfg.micro_batches, config.sharding_rules
+    )
+    # The whole config is valid: the workdir becomes (or must already be) this run's.
+    workdir_lib.claim(workdir, "rl", config, log=self.log)
     # Rollouts run on this process's devices only (one mesh per host), with a per-host
     # replica of the weights (`_sampling_params`); one process: the learner's mesh.
     self.sample_mesh = self.mesh
@@ -449,11 +459,11 @@ class Trainer:
     c = self.config
     warm_start = policy_io.fingerprint(c.init_from)
     meta = {"data_position": 0, "skipped_steps": 0, "init_from_sha256": warm_start}
-    step = self.ckpt.latest_step()  # RL steps done (skipped ones included)
+    # RL steps done (skipped ones included): the newest checkpoint that restores.
+    restored = self.ckpt.restore_newest(log=self.log)
     reference = None
-    if step is not None:
-      state, saved = self.ckpt.restore()
-      reference = self.ckpt.restore_reference(step)
+    if restored is not None:
+      step, state, saved, reference = restored
       meta.update(saved)
       kl = self.learner_cfg.loss.kl != "off"
       if kl and reference is None and meta["init_from_sha256"] != warm_start:
@@ -510,8 +520,11 @@ class Trainer:
 
     if step == 0 and not curve:
       curve.append(self._evaluate(state, 0, key))
+    # The last step whose records (metrics rows, evaluation) are all written: only such a
+    # step is checkpointed when the loop ends early, so a resume never misses a row.
+    logged, finished, tracing = step, False, False
+    stop = cli.GracefulStop("[train]").install()
     try:
-      tracing = False
       while step < c.steps:
         step_key = jax.random.fold_in(key, step + 1)
         if self.profile_steps and step + 1 == self.profile_steps[0]:
@@ -554,11 +567,19 @@ class Trainer:
           )
         if step % c.eval.every_steps == 0 or step == c.steps:
           curve.append(self._evaluate(state, step, key))
+        logged = step
         save()
+        if stop.requested and step < c.steps:
+          raise Interrupted(
+            f"[train] stopped at step {step}/{c.steps} (Ctrl-C); checkpoint saved in "
+            f"{self.ckpt.directory}: rerun the same command to resume"
+          )
+      finished = True
     finally:
+      stop.restore()
       if tracing:
         jax.profiler.stop_trace()
-      save(force=True)
+      self._final_save(save, consistent=step == logged, finished=finished)
     sample_params = self._sampling_params(state.params)
     # The same test tasks and sampling key for every arm of a seed: paired comparisons.
     final_groups = self.eval_engine.run(
@@ -596,6 +617,25 @@ class Trainer:
       f"{self.workdir}"
     )
     return summary
+
+  def _final_save(self, save, *, consistent: bool, finished: bool) -> None:
+    """The forced checkpoint when the loop ends. After an error or a Ctrl-C it is written
+    only for a step whose records are complete, and a failure to write it (the state's
+    buffers given to an update the error cut short) is reported, not raised over the
+    error; the last periodic checkpoint then stands."""
+    if finished:
+      save(force=True)
+      return
+    try:
+      if consistent:
+        save(force=True)
+    except Exception as e:  # the original error is what the user must see
+      self.log(f"[train] no final checkpoint ({type(e).__name__}); the last saved one stands")
+    finally:
+      try:
+        self.close()
+      except Exception:  # best effort on the way out of a failed run
+        pass
 
   def _log_digest(self, params) -> None:
     """The sha256 of this process's replica of the final weights, in its host log (the

@@ -263,15 +263,17 @@ class LMGrader(agent.AgentGrader):
     return cls(load_chat_model(path), config, run_tests)
 
 
-def load_chat_model(path: str, max_batch: int = 8) -> LocalChatModel:
-  """A grader folder (`policy_io` layout plus grader.json: context, max_obs_tokens)."""
+def load_chat_model(path: str, max_batch: int = 8, field: str = "grader.lm_path") -> LocalChatModel:
+  """A grader folder (`policy_io` layout plus grader.json: context, max_obs_tokens);
+  `field`: the flag or config field that named it (in error messages)."""
   import os
 
-  from gagar_jax import policy_io
+  from gagar_jax import files, policy_io
 
-  tok, model_config, params = policy_io.load(path)
-  with open(os.path.join(path, "grader.json")) as f:
-    settings = json.load(f)
+  tok, model_config, params = policy_io.load(path, field=field)
+  settings_file = os.path.join(path, "grader.json")
+  settings = files.read_json(settings_file)
+  files.require(settings, ("context", "max_obs_tokens"), settings_file)
   return LocalChatModel(
     tok,
     model_config,

@@ -15,13 +15,53 @@ random moments to check exactly that.
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
+import sys
+import time
+import warnings
 from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
 
 from gagar_jax.configlib import check
+from gagar_jax.errors import InputError
+
+
+def _reason(e: Exception) -> str:
+  """The first line of an error, short: a restore error can be a 150-line TensorStore dump."""
+  lines = [x.strip() for x in str(e).splitlines() if x.strip()]
+  first = (lines[0] if lines else "").split(". See full TensorStore details")[0]
+  text = f"{type(e).__name__}: {first}"
+  return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _quiet_late_callbacks() -> None:
+  """Installed before restores are tried. After a failed restore, TensorStore's reads
+  still in flight call back into the event loop orbax has closed, each reporting
+  `RuntimeError: Event loop is closed` as an unraisable exception, and orbax's abandoned
+  read coroutines report their errors again when collected (hundreds of lines around
+  the one line that matters). Those, and only those, are dropped."""
+  previous = sys.unraisablehook
+  if getattr(previous, "_gagar_quiet", False):
+    return
+  # ... and asyncio logs each of their futures as "exception was never retrieved".
+  logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+  warnings.filterwarnings("ignore", message="coroutine '_read_array_index", category=RuntimeWarning)
+
+  def hook(unraisable):
+    value, obj = unraisable.exc_value, unraisable.object
+    if isinstance(value, RuntimeError) and str(value) == "Event loop is closed":
+      return
+    code = getattr(obj, "cr_code", None)  # orbax's abandoned read coroutines, at exit
+    if code is not None and "orbax" in code.co_filename:
+      return
+    previous(unraisable)
+
+  hook._gagar_quiet = True
+  sys.unraisablehook = hook
 
 
 class Checkpointer:
@@ -120,6 +160,49 @@ class Checkpointer:
       step, args=ocp.args.Composite(reference=ocp.args.StandardRestore(self._target.params))
     )
     return restored["reference"]
+
+  def restore_newest(self, log=print):
+    """(step, state, metadata, reference) of the newest checkpoint that restores; None if
+    there is no checkpoint at all.
+
+    A newer checkpoint that fails to restore (a truncated array file, an empty
+    `_METADATA`, a broken JSON item) is skipped with a line saying which step and why,
+    and moved aside to `<directory>.broken/<step>` (kept for a look, out of the
+    manager's way, so the step is written anew). If none restores: an `InputError`
+    naming the folder and each step's reason.
+    """
+    self.wait()
+    failures = []
+    _quiet_late_callbacks()
+    for step in sorted(self.all_steps(), reverse=True):
+      try:
+        state, metadata = self.restore(step)
+        reference = self.restore_reference(step)
+      except Exception as e:  # any failure to read a step's files: try the one before
+        failures.append((step, _reason(e)))
+        continue
+      for bad, why in failures:
+        log(f"[checkpoint] step {bad} does not restore ({why}); resuming from step {step}")
+        self._set_aside(bad)
+      return step, state, metadata, reference
+    if failures:
+      raise InputError(
+        self.directory,
+        "no checkpoint restores ("
+        + "; ".join(f"step {s}: {why}" for s, why in failures)
+        + "); move the folder away to start over",
+      )
+    return None
+
+  def _set_aside(self, step: int) -> None:
+    if jax.process_index() == 0:
+      aside = f"{self.directory}.broken"
+      os.makedirs(aside, exist_ok=True)
+      target = os.path.join(aside, str(step))
+      if os.path.exists(target):
+        target += f".{int(time.time())}"
+      shutil.move(os.path.join(self.directory, str(step)), target)
+    self._manager.reload()
 
   def close(self) -> None:
     self._manager.wait_until_finished()

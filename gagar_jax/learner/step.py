@@ -375,6 +375,12 @@ def check_batch(batch: Batch, mesh, micro_batches: int, rules=None) -> None:
     want = (n, g, t) if name in ("tokens", "mask", "old_logprobs", "ref_logprobs") else (n, g)
     if tuple(np.shape(x)) != want:
       raise ValueError(f"batch.{name} has shape {np.shape(x)}, expected {want}")
+  check_split(n, mesh, micro_batches, rules)
+
+
+def check_split(n: int, mesh, micro_batches: int, rules=None) -> None:
+  """`n` groups must split into `micro_batches` micro-batches over the mesh's batch axes;
+  a `ConfigError` naming `learner.micro_batches` if not (checked before any compute)."""
   axes, shards = sharding.batch_axes(mesh, rules)
   if n % micro_batches:
     raise ConfigError(

@@ -22,6 +22,8 @@ from safetensors.numpy import save_file
 
 from gagar_jax.models import hf_import, transformer
 
+# The weight files an HF folder holds (one of them); an earlier export may be overwritten.
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 # Tensors per safetensors file before the checkpoint is sharded with an index.
 MAX_SHARD_BYTES = 4 << 30
 

@@ -15,7 +15,6 @@ q/k/v `[H*Dh, D]` -> `[D, H, Dh]`; o `[D, H*Dh]` -> `[H, Dh, D]`; MLP and
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
@@ -24,6 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from gagar_jax import files
+from gagar_jax.errors import InputError
 from gagar_jax.models import transformer
 
 SUPPORTED = ("qwen2", "llama")
@@ -92,8 +93,9 @@ class _Weights:
     index = os.path.join(path, "model.safetensors.index.json")
     single = os.path.join(path, "model.safetensors")
     if os.path.exists(index):
-      with open(index) as f:
-        weight_map = json.load(f)["weight_map"]
+      weight_map = files.read_json(index).get("weight_map")
+      if not isinstance(weight_map, dict):
+        raise InputError(index, "lacks a weight_map object")
     elif os.path.exists(single):
       with safe_open(single, framework="numpy") as f:
         weight_map = dict.fromkeys(f.keys(), "model.safetensors")
@@ -166,8 +168,8 @@ def _converters(c: transformer.ModelConfig):
 
 def read_config(path: str, *, dtype: str = "float32", param_dtype: str = "float32"):
   """The `ModelConfig` of the HF folder `path` (its `config.json`), weights unread."""
-  with open(os.path.join(path, "config.json")) as f:
-    return config_from_hf(json.load(f), dtype=dtype, param_dtype=param_dtype)
+  saved = files.read_json(os.path.join(path, "config.json"))
+  return config_from_hf(saved, dtype=dtype, param_dtype=param_dtype)
 
 
 def load_params(

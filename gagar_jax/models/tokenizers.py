@@ -18,6 +18,7 @@ from typing import Protocol
 
 import tokenizers as hf
 
+from gagar_jax import files
 from gagar_jax.models import chat_template as chat_lib
 
 PAD = "<|pad|>"
@@ -172,8 +173,7 @@ class HFTokenizer:
     kwargs, config = {}, {}
     config_file = os.path.join(folder, "tokenizer_config.json")
     if os.path.exists(config_file):
-      with open(config_file) as f:
-        config = json.load(f)
+      config = files.read_json(config_file)
       for key in ("eos_token", "pad_token"):
         if value := _token_text(config.get(key)):
           kwargs[key] = value
