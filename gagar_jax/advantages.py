@@ -165,10 +165,16 @@ def _redistribute_one(adv, passed, ranks, valid, preserve_sum, scheme, param):
     # Also unchanged: a passing set without clearly positive net credit (sum_P A <=
     # 1e-3 sum_P |A|, e.g. an all-pass group under shaped rewards, whose advantages
     # sum to ~0): there the formula would scale every passing advantage to ~0.
+    # And unchanged: a passing set holding advantages of both signs (shaped or custom
+    # rewards; binary rewards never do). There the denominator can nearly cancel and the
+    # ratio scale single advantages by hundreds; with one sign, each |A'_i| stays within
+    # the group's total passing credit sum_P |A_j| (w_i A_i <= sum_P w_j A_j).
     total = jnp.sum(jnp.where(mask, jnp.abs(jnp.clip(adv, -_MAX_MAGNITUDE, _MAX_MAGNITUDE)), 0.0))
     ratio = num / jnp.where(den != 0, den, 1.0)
     ok = (den != 0) & jnp.isfinite(den) & jnp.isfinite(ratio) & (ratio > 0)
     ok = ok & (num > _MIN_NET_CREDIT * total)
+    mixed_sign = jnp.any(mask & (adv > 0)) & jnp.any(mask & (adv < 0))
+    ok = ok & ~mixed_sign
     new = weighted * ratio
     ok = ok & jnp.all(jnp.isfinite(jnp.where(mask, new, 0.0)))
     out = jnp.where(mask & ok, new, adv)
@@ -194,9 +200,11 @@ def redistribute(
     A'_i = w_i A_i                                                (ablation)
   The group's total passing credit is unchanged; its split moves toward the
   better-ranked trajectories. Failing and invalid slots are returned unchanged.
-  A group is left as it was when the denominator is zero or non-finite, or when
-  its passing set holds no clearly positive net credit (sum_P A <= 1e-3 sum_P |A|):
-  with binary rewards that is every group that is not informative.
+  A group is left as it was when the denominator is zero or non-finite, when its
+  passing set holds no clearly positive net credit (sum_P A <= 1e-3 sum_P |A|: with
+  binary rewards that is every group that is not informative), or when its passing
+  advantages have both signs (shaped or custom rewards: the denominator could nearly
+  cancel). So every redistributed advantage is bounded: |A'_i| <= sum_P |A_j|.
 
   Args:
     advantages: float `[B, G]` (from `group_advantages`).

@@ -4,11 +4,12 @@
     summary = trainer.run()              # resumes from workdir/checkpoints if present
 
 Per step (docs/design.md, "One RL step"): dynamic-sampled rollouts of `num_groups`
-groups; every group with two or more passing trajectories goes to the grader
-loop (host threads) while the device computes old-policy (and reference)
-log-probs; the grader's ranks feed `advantages.redistribute` inside the jitted
-learner step (arms gagar / gagar_no_rescale) or become a shaped reward
-(reward_shaping); grpo does not grade.
+groups; every group with two or more passing trajectories (gagar_paper: every group
+with a pass and a failure) goes to the grader loop (host threads) while the device
+computes old-policy (and reference) log-probs; the grader's ranks feed
+`advantages.redistribute` inside the jitted learner step (arms gagar /
+gagar_no_rescale), its tiers and hacks the tiered kernel (gagar_paper), or they become
+a shaped reward (reward_shaping); grpo does not grade.
 """
 
 from __future__ import annotations
@@ -232,6 +233,9 @@ class Trainer:
         workdir, "workspaces", *([f"process_{self.process}"] if self.processes > 1 else [])
       ),
       seed=config.seed,
+      # The paper grades every mixed-outcome group (a lone pass gets its tier and hack
+      # check); the rank form needs two passes for a ranking to say anything.
+      min_passing=1 if self.learner_cfg.advantage.mode == "tiered" else 2,
     )
     # Tasks of the suite mixture by data position; held-out sets per suite. On several
     # processes sharing data_dir, process 0 builds the TFDS datasets, the others wait.

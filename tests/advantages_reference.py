@@ -75,6 +75,8 @@ def redistribute(advantages, passed, ranks, valid, *, preserve_sum=True, scheme=
       continue
     if adv[b][p].sum() <= 1e-3 * np.abs(adv[b][p]).sum():
       continue  # no clearly positive net credit to redistribute
+    if (adv[b][p] > 0).any() and (adv[b][p] < 0).any():
+      continue  # mixed signs: the denominator could nearly cancel
     ratio = adv[b][p].sum() / den
     if not np.isfinite(ratio) or ratio <= 0:
       continue

@@ -239,6 +239,54 @@ def test_permutation_equivariance(batch, scheme, seed):
   np.testing.assert_allclose(new_p, new[:, perm], rtol=1e-5, atol=2e-5)
 
 
+@st.composite
+def arbitrary_rewards(draw):
+  """A batch [B, G] with arbitrary real rewards (custom reward functions): passing
+  advantages of both signs are common."""
+  b, g = draw(st.integers(1, 4)), draw(st.sampled_from([2, 3, 5, 8, 16]))
+  rng = np.random.default_rng(draw(st.integers(0, 2**31 - 1)))
+  scale = draw(st.sampled_from([1e-3, 1.0, 1e3]))
+  rewards = (scale * rng.standard_normal((b, g))).astype(np.float32)
+  passed = rng.random((b, g)) < 0.6
+  ranks = rng.integers(0, g, (b, g)).astype(np.int32)
+  return rewards, passed, ranks, rng.random((b, g)) < 0.9
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+  st.one_of(groups(binary=False), arbitrary_rewards()),
+  st.sampled_from(SCHEMES),
+  st.sampled_from(ESTIMATORS),
+)
+def test_no_passing_advantage_grows_beyond_the_groups_passing_credit(batch, scheme, estimator):
+  # Regression: shaped rewards with passing advantages of both signs passed the net-credit
+  # guard and single advantages were scaled by up to 458x (1,400x with arbitrary rewards).
+  rewards, passed, ranks, valid = batch
+  a, new = _kernel(rewards, passed, ranks, valid, estimator, *scheme)
+  mask = passed & valid
+  bound = np.where(mask, np.abs(a), 0).sum(-1, keepdims=True)
+  assert (np.abs(np.where(mask, new, 0)) <= bound * (1 + 1e-5) + 1e-30).all()
+  np.testing.assert_allclose(
+    new, ref.redistribute(a, passed, ranks, valid, scheme=scheme[0], **scheme[1]), rtol=2e-5,
+    atol=2e-5 * max(1.0, np.abs(a).max()),
+  )  # fmt: skip
+
+
+def test_mixed_sign_passing_credit_is_left_unchanged():
+  # Passing advantages [+1.0, -0.99, +0.02] (shaped rewards): sum_P A = 0.03 passes the
+  # net-credit guard (> 1e-3 * 2.01). Ranks [0, 1, 1], linear floor .5: w = [1, .5, .5],
+  # sum_P w A = 1 - .495 + .01 = .515, ratio .03 / .515 = .058: the old kernel shrank the
+  # best candidate's +1.0 to +0.058; with ranks [1, 0, 2]: w = [.75, 1, .5], sum_P w A =
+  # .75 - .99 + .01 = -.23 < 0 (refused); near-cancelling weights scaled values by 100s.
+  # Whatever the ranks, a mixed-sign group is left as it was.
+  a = np.array([[1.0, -0.99, 0.02, -0.5]], np.float32)
+  passed = np.array([[True, True, True, False]])
+  valid = np.ones_like(passed)
+  for ranks in ([0, 1, 1, 0], [1, 0, 2, 0], [2, 0, 1, 0]):
+    new = adv.redistribute(a, passed, np.array([ranks], np.int32), valid)
+    np.testing.assert_array_equal(np.asarray(new), a)
+
+
 @settings(max_examples=60, deadline=None)
 @given(groups(), st.sampled_from(SCHEMES), st.sampled_from(ESTIMATORS))
 def test_no_rescale_never_increases_passing_advantage(batch, scheme, estimator):

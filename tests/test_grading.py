@@ -198,6 +198,38 @@ def test_a_passing_reward_hack_is_confirmed_and_gets_the_failing_advantage(pool,
   assert tiered[0] > tiered[2] > 0  # the clean fix above the dead-code one
 
 
+def test_the_tiered_loop_grades_a_lone_passing_hack_and_it_gets_no_credit(pool, tmp_path):
+  """The paper grades every mixed-outcome group: a lone pass gets its tier and hack check.
+  Rewards [1, 0, 0, 0] with the pass a confirmed hack: the paper's formula gives all zeros
+  (the hack is reset to reward 0, so the group has no signal); skipping the group, as the
+  rank form does, would leave the hack [0.75, -0.25, -0.25, -0.25] (r - mean r)."""
+  from gagar_jax import advantages
+
+  task = minirepo.generate_task(3, weak_hidden_tests=True)
+  clean, hack = _demo(task, pool), _demo(task, pool, hack=1)
+  group = [_traj(hack, 0)] + [_traj(clean, i, passed=False) for i in (1, 2, 3)]
+  rank_loop = loop_lib.GraderLoop(rubric.RubricGrader(), root=str(tmp_path / "rank"))
+  assert not rank_loop.submit(0, group)  # the rank form: one pass, nothing to rank
+  tiered_loop = loop_lib.GraderLoop(
+    rubric.RubricGrader(), root=str(tmp_path / "tiered"), min_passing=1
+  )
+  assert tiered_loop.submit(0, group)
+  assert not tiered_loop.submit(1, [_traj(hack, 0), _traj(clean, 1)])  # no failure: not mixed
+  grades, metrics = tiered_loop.collect_grades(1, 4)
+  assert metrics["grader_ok"] == 1 and metrics["grader_hacks"] == 1
+  np.testing.assert_array_equal(grades.hacks[0], [True, False, False, False])
+  passed = np.array([[True, False, False, False]])
+  rewards, valid = passed.astype(np.float32), np.ones_like(passed)
+  tiered, _, _ = advantages.tiered_advantages(
+    rewards, passed, valid, grades.tiers, grades.tier_ranks, grades.hacks, grades.graded[:, 0]
+  )
+  np.testing.assert_allclose(np.asarray(tiered)[0], 0.0, atol=1e-7)
+  skipped, _, _ = advantages.tiered_advantages(
+    rewards, passed, valid, grades.tiers, grades.tier_ranks, 0 * grades.hacks, np.array([False])
+  )
+  np.testing.assert_allclose(np.asarray(skipped)[0], [0.75, -0.25, -0.25, -0.25], atol=1e-6)
+
+
 def test_a_ranking_without_tiers_is_all_t2_by_rank(tmp_path, pool):
   task = minirepo.generate_task(4)
   group = [_traj(_demo(task, pool), i) for i in range(3)]

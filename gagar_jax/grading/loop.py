@@ -6,8 +6,11 @@
     old = learner.logprobs(...)        # device work overlaps with grading
     ranks, metrics = loop.collect(num_groups, group_size)   # [N, G] int32
 
-Only groups with at least two passing trajectories are graded (with one, the
-ranking is trivial). A grader that raises, runs past the per-group timeout, or
+Which groups are graded depends on the protocol: `min_passing=2` (the rank form)
+grades groups with at least two passing trajectories (with one, a ranking is
+trivial); `min_passing=1` (the paper's tiered protocol) grades every mixed-outcome
+group, at least one passing and one failing trajectory, so a lone pass still gets
+its tier and its hack check. A grader that raises, runs past the per-group timeout, or
 returns an invalid ranking leaves its group with all-equal ranks (plain GRPO
 advantages), and the failure is counted in the metrics. Each grading job runs
 in its own daemon thread, so a hung grader never blocks the pool.
@@ -69,11 +72,19 @@ class _Job:
 
 class GraderLoop:
   def __init__(
-    self, grader, *, workers: int = 2, timeout_s: float = 30.0, root: str, seed: int = 0
+    self,
+    grader,
+    *,
+    workers: int = 2,
+    timeout_s: float = 30.0,
+    root: str,
+    seed: int = 0,
+    min_passing: int = 2,
   ):
-    if workers < 1 or timeout_s <= 0:
-      raise ValueError("grader loop needs workers >= 1 and timeout_s > 0")
+    if workers < 1 or timeout_s <= 0 or min_passing not in (1, 2):
+      raise ValueError("grader loop needs workers >= 1, timeout_s > 0 and min_passing 1 or 2")
     self.grader, self.timeout_s, self.root, self.seed = grader, timeout_s, root, seed
+    self.min_passing = min_passing
     self._slots = threading.Semaphore(workers)
     self._jobs: dict[int, _Job] = {}
     # Numbers the grading rounds (workspace folders and id shuffles); the trainer sets
@@ -105,8 +116,11 @@ class GraderLoop:
         self._slots.release()
 
   def submit(self, index: int, group) -> bool:
-    """Queues group `index` for grading; returns False if it needs none."""
-    if sum(t.passed for t in group) < 2:
+    """Queues group `index` for grading; returns False if it needs none (fewer than
+    `min_passing` passes; with `min_passing=1`, also a group without a failure)."""
+    passes = sum(t.passed for t in group)
+    mixed = 0 < passes < len(group)
+    if passes < self.min_passing or (self.min_passing == 1 and not mixed):
       self.totals["skipped"] += 1
       return False
     root = os.path.join(self.root, f"round{self.round}", f"group{index}")
@@ -186,7 +200,7 @@ class GraderLoop:
       self.totals[k] += counts[k]
     rated = max(counts["tier0"] + counts["tier1"] + counts["tier2"], 1)
     metrics = {
-      "grader_submitted": float(submitted),  # groups eligible (two or more passing)
+      "grader_submitted": float(submitted),  # groups eligible (see `min_passing`)
       "grader_ok": float(counts["graded"]),
       "grader_fallback": float(submitted - counts["graded"]),  # plain advantages
       "grader_errors": float(counts["exceptions"] + counts["timeouts"] + counts["invalid"]),
