@@ -24,6 +24,9 @@ _MODEL = flags.DEFINE_string("model_name", "gagar-lm-grader", "The model id clie
 _KEY = flags.DEFINE_string("api_key", "", "Required bearer key ('' -> $GAGAR_GRADER_API_KEY).")
 _VERBOSE = flags.DEFINE_bool("verbose", False, "Log every request.")
 _MAX_BATCH = flags.DEFINE_integer("max_batch", 8, "Requests batched into one device call.")
+_READ_TIMEOUT = flags.DEFINE_float(
+  "read_timeout_s", server.READ_TIMEOUT_S, "A client silent this long mid-request is dropped."
+)
 _MAX_PENDING = flags.DEFINE_integer(
   "max_pending", 32, "Requests that may wait for the model; past that: 503 + Retry-After."
 )
@@ -42,6 +45,7 @@ def main(argv):
     api_key=key,
     verbose=_VERBOSE.value,
     max_pending=_MAX_PENDING.value,
+    read_timeout_s=_READ_TIMEOUT.value,
   )
   host, port = httpd.server_address[:2]
   print(f"serving {_MODEL.value} on http://{host}:{port}/v1", flush=True)

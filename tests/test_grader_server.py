@@ -3,6 +3,7 @@
 import http.client
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -33,6 +34,7 @@ def served():
       "--port=0",
       f"--api_key={KEY}",
       "--max_pending=8",
+      "--read_timeout_s=2",
     ],
     stdout=subprocess.PIPE,
     stderr=subprocess.DEVNULL,
@@ -98,7 +100,7 @@ def test_served_grader_ranks_exactly_like_the_in_process_grader(served, groups, 
 
 def _request(host, port, method, path, body=None, headers=None):
   conn = http.client.HTTPConnection(host, port, timeout=60)
-  hdrs = {"Authorization": f"Bearer {KEY}", **(headers or {})}
+  hdrs = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json", **(headers or {})}
   if isinstance(body, (dict, list)):
     body = json.dumps(body)
   conn.request(method, path, body=body, headers=hdrs)
@@ -157,6 +159,83 @@ def test_malformed_requests_get_clear_4xx_and_the_server_stays_up(served):
   got, data = _request(host, port, "POST", url, {"messages": [user], "max_tokens": 8})
   assert got == 200 and data["choices"][0]["message"]["role"] == "assistant"
   assert data["usage"]["completion_tokens"] <= 8
+
+
+def _raw(host, port, data: bytes, *, wait_s: float = 10.0) -> list[tuple[int, dict]]:
+  """Sends raw bytes on one connection; returns every (status, JSON body) the server sends
+  back before it closes the connection (or `wait_s` passes)."""
+  with socket.create_connection((host, port), timeout=wait_s) as sock:
+    sock.sendall(data)
+    received = b""
+    try:
+      while chunk := sock.recv(65536):
+        received += chunk
+    except TimeoutError:
+      pass
+  out = []
+  while received:
+    head, _, rest = received.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = dict(line.split(": ", 1) for line in lines[1:])
+    assert headers["Content-Type"] == "application/json", headers
+    n = int(headers["Content-Length"])
+    out.append((status, json.loads(rest[:n])))
+    received = rest[n:]
+  return out
+
+
+def test_hostile_clients_get_json_errors_and_never_a_second_request(served):
+  host, port, proc = served
+  user = {"role": "user", "content": "Issue: f(1) returns 2 but should return 3.\nPassing: c1"}
+  auth = f"Authorization: Bearer {KEY}\r\n".encode()
+  # A chunked body is refused and the connection closed: its bytes (here a whole valid
+  # request smuggled in the body) are never answered as a second request.
+  inner = json.dumps({"messages": [user], "max_tokens": 2}).encode()
+  smuggled = (
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + auth
+    + b"Content-Type: application/json\r\nContent-Length: " + str(len(inner)).encode()
+    + b"\r\n\r\n" + inner
+  )  # fmt: skip
+  chunked = (
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + auth
+    + b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    + f"{len(smuggled):x}\r\n".encode() + smuggled + b"\r\n0\r\n\r\n"
+  )  # fmt: skip
+  answers = _raw(host, port, chunked)
+  assert [status for status, _ in answers] == [411], answers
+  assert answers[0][1]["error"]["code"] == "length_required"
+  # The same after an early refusal (wrong route): the unread body is not a request.
+  wrong = smuggled.replace(b"/v1/chat/completions", b"/v1/nothing", 1)
+  wrong = wrong.replace(
+    b"Content-Length: " + str(len(inner)).encode(),
+    b"Content-Length: " + str(len(smuggled)).encode(),
+  )
+  assert [s for s, _ in _raw(host, port, wrong + smuggled)] == [404]
+  # A garbage request line: a JSON 400, not an HTML page.
+  answers = _raw(host, port, b"\x16\x03\x01 garbage\r\n\r\n")
+  assert answers[0][0] == 400 and answers[0][1]["error"]["message"], answers
+  # A body that is not application/json: 415.
+  got, data = _request(
+    host, port, "POST", "/v1/chat/completions", {"messages": [user]},
+    {"Content-Type": "text/plain"},
+  )  # fmt: skip
+  assert got == 415 and data["error"]["code"] == "unsupported_media_type"
+  # A stalled client (headers promise 100 bytes, 10 arrive) is dropped after the read
+  # timeout (2 s here), with no answer parsed from the partial body.
+  start = time.monotonic()
+  stalled = (
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + auth
+    + b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"messages"
+  )  # fmt: skip
+  assert _raw(host, port, stalled, wait_s=20) == []
+  assert 1.5 < time.monotonic() - start < 15
+  # And a client that sends nothing at all.
+  start = time.monotonic()
+  assert _raw(host, port, b"", wait_s=20) == []
+  assert time.monotonic() - start < 15
+  assert proc.poll() is None
+  assert _request(host, port, "GET", "/health")[0] == 200
 
 
 class _Flaky(BaseHTTPRequestHandler):

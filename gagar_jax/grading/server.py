@@ -3,11 +3,15 @@
     server = make_server(chat_model, "127.0.0.1", 8000, model_name="gagar-lm-grader")
     server.serve_forever()
 
-Routes: POST /v1/chat/completions, GET /v1/models, GET /health. Errors are JSON
-`{"error": {"message", "type", "param", "code"}}` with a 4xx status for a bad
-request (invalid JSON, missing or malformed messages, unknown model, bad
-parameters, body too large, missing key when one is set, unsupported streaming)
-and 500 for a model failure; no request can stop the server. Concurrent requests
+Routes: POST /v1/chat/completions, GET /v1/models, GET /health. Every error, a
+malformed request line included, is JSON `{"error": {"message", "type", "param",
+"code"}}` with a 4xx status for a bad request (invalid JSON, a body that is not
+`application/json`, missing or malformed messages, unknown model, bad parameters,
+body too large, a chunked body (refused: send Content-Length), missing key when one
+is set, unsupported streaming) and 500 for a model failure; no request can stop the
+server. After an error on a POST the connection is closed, so body bytes the server
+did not read are never taken for a next request. A client that stalls mid-request
+is dropped after `read_timeout_s`. Concurrent requests
 are batched into shared device calls by `LocalChatModel`; at most `max_pending`
 wait at once: past that a request gets 503 with `Retry-After` at once (the clients
 in `openai_grader` retry on it). The listen backlog holds `BACKLOG` connections, so a
@@ -28,6 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from gagar_jax.grading.lm_grader import RequestError
 
 MAX_BODY = 1 << 20
+READ_TIMEOUT_S = 30.0  # a client silent this long mid-request is dropped
 BACKLOG = 256  # socketserver's default is 5: a burst of clients got connection resets
 _GONE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
 
@@ -115,14 +120,18 @@ def make_server(
   api_key: str = "",
   verbose: bool = False,
   max_pending: int = 32,
+  read_timeout_s: float = READ_TIMEOUT_S,
 ) -> ThreadingHTTPServer:
   if max_pending < 1:
     raise ValueError(f"max_pending must be >= 1, got {max_pending}")
+  if read_timeout_s <= 0:
+    raise ValueError(f"read_timeout_s must be > 0, got {read_timeout_s}")
   counter = itertools.count(1)
   pending = threading.BoundedSemaphore(max_pending)
 
   class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    timeout = read_timeout_s  # socket timeout: a stalled client is dropped, not kept forever
 
     def log_message(self, fmt, *args):
       if verbose:
@@ -136,10 +145,21 @@ def make_server(
         self.send_header("Content-Length", str(len(data)))
         for name, value in (headers or {}).items():
           self.send_header(name, value)
+        if self.close_connection:
+          self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(data)
       except _GONE:  # the client hung up before its answer
         self.close_connection = True
+
+    def send_error(self, code, message=None, explain=None):
+      """What http.server sends for a request it cannot parse (a garbage request line,
+      bad headers, an unsupported method): the same JSON errors as the rest, never
+      HTML, and the connection closed."""
+      self.close_connection = True
+      if getattr(self, "request_version", "HTTP/0.9") == "HTTP/0.9":  # no usable version:
+        self.request_version = "HTTP/1.1"  # still answer with a status line and headers
+      self._error(HTTPError(code, message or "bad request", code="bad_request"))
 
     def _error(self, e: HTTPError):
       self._send(
@@ -158,6 +178,16 @@ def make_server(
 
     def do_POST(self):
       try:
+        # Until the body is read, an error must close the connection: the unread bytes
+        # would otherwise be parsed as the next request.
+        self.close_connection = True
+        if "Transfer-Encoding" in self.headers:
+          raise HTTPError(
+            411,
+            f"Transfer-Encoding {self.headers['Transfer-Encoding']!r} is not supported; "
+            "send the body with a Content-Length",
+            code="length_required",
+          )
         if self.path != "/v1/chat/completions":
           raise HTTPError(404, f"no route POST {self.path}", code="not_found")
         if api_key and self.headers.get("Authorization", "") != f"Bearer {api_key}":
@@ -168,7 +198,17 @@ def make_server(
         if int(length) > MAX_BODY:
           self.close_connection = True
           raise HTTPError(413, f"body over {MAX_BODY} bytes", code="body_too_large")
+        kind = self.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        if kind != "application/json":
+          raise HTTPError(
+            415,
+            f"Content-Type must be application/json, got {kind or 'none'!r}",
+            code="unsupported_media_type",
+          )
         raw = self.rfile.read(int(length))
+        if len(raw) < int(length):
+          raise HTTPError(400, "the body ended before Content-Length bytes", code="short_body")
+        self.close_connection = False  # the body is read: the connection may be kept
         try:
           body = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -187,6 +227,8 @@ def make_server(
         self._send(200, response)
       except HTTPError as e:
         self._error(e)
+      except TimeoutError:  # the client stalled mid-body: drop it (`timeout`)
+        self.close_connection = True
       except Exception as e:  # the model failed: report it, keep serving
         traceback.print_exc()
         self._error(HTTPError(500, f"{type(e).__name__}: {e}", code="internal_error"))
