@@ -44,7 +44,9 @@ import time
 import numpy as np
 from absl import flags
 
-from gagar_jax import cli, configlib, stats
+from gagar_jax import cli, configlib, files, stats
+from gagar_jax import metrics as metrics_lib
+from gagar_jax.errors import InputError
 
 _SWEEP = flags.DEFINE_string(
   "sweep",
@@ -247,10 +249,10 @@ def missing_steps(run_dir: str) -> list[int]:
   """Training steps 1..steps that the run's (or record's) metrics.jsonl has no row for. A
   resumed run logs every step once; a gap means rows were lost, and the run-level figures
   (gradient-norm variance, entropy, credit moved) would be computed from part of the run."""
-  with open(os.path.join(run_dir, "summary.json")) as f:
-    steps = json.load(f)["steps"]
-  with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-    return _missing(steps, [json.loads(line) for line in f if line.strip()])
+  summary_file = os.path.join(run_dir, "summary.json")
+  summary = files.read_json(summary_file)
+  files.require(summary, ("steps",), summary_file)
+  return _missing(summary["steps"], files.read_jsonl(os.path.join(run_dir, "metrics.jsonl")))
 
 
 def _steps_text(steps: list[int]) -> str:
@@ -264,6 +266,12 @@ def save_record(run: dict, workdir: str, record_dir: str, seconds: float) -> Non
   if gaps:
     raise IncompleteLog(
       f"{workdir}/metrics.jsonl has no row for {_steps_text(gaps)}; not recorded. "
+      f"Move or delete {workdir} and rerun {run['name']}."
+    )
+  twice = metrics_lib.duplicate_steps(files.read_jsonl(os.path.join(workdir, "metrics.jsonl")))
+  if twice:
+    raise IncompleteLog(
+      f"{workdir}/metrics.jsonl logs {_steps_text(twice)} more than once; not recorded. "
       f"Move or delete {workdir} and rerun {run['name']}."
     )
   os.makedirs(record_dir, exist_ok=True)
@@ -303,18 +311,30 @@ def _logged_minutes(records: list[dict]) -> float:
 
 
 def load_run(record_dir: str) -> dict:
-  """A finished run's figures, from its record alone."""
-  with open(os.path.join(record_dir, "record.json")) as f:
-    meta = json.load(f)
-  with open(os.path.join(record_dir, "summary.json")) as f:
-    summary = json.load(f)
-  with open(os.path.join(record_dir, "metrics.jsonl")) as f:
-    records = [json.loads(line) for line in f if line.strip()]
+  """A finished run's figures, from its record alone. A record file that is unreadable,
+  lacks a field, or logs a step twice or not at all is an `InputError` naming it."""
+  meta_file = os.path.join(record_dir, "record.json")
+  meta = files.read_json(meta_file)
+  files.require(meta, ("name", "arm", "seed"), meta_file)
+  summary_file = os.path.join(record_dir, "summary.json")
+  summary = files.read_json(summary_file)
+  files.require(summary, ("steps", "curve", "final_test", "final_test_tasks"), summary_file)
+  metrics_file = os.path.join(record_dir, "metrics.jsonl")
+  records = files.read_jsonl(metrics_file)
+  twice = metrics_lib.duplicate_steps(records)
+  if twice:
+    raise InputError(
+      metrics_file,
+      f"logs {_steps_text(twice)} more than once, so its run-level figures would count "
+      "them twice; trim it to each step's first row or delete the record and rerun "
+      f"{meta['name']}",
+    )
   gaps = _missing(summary["steps"], records)
   if gaps:
-    raise ValueError(
-      f"{record_dir}: metrics.jsonl has no row for {_steps_text(gaps)}, so its run-level "
-      f"figures would be from part of the run; delete the record and rerun {meta['name']}."
+    raise InputError(
+      metrics_file,
+      f"has no row for {_steps_text(gaps)}, so its run-level figures would be from part "
+      f"of the run; delete the record and rerun {meta['name']}",
     )
   train = [r for r in records if "train/grad_norm" in r and r.get("train/updated", 1.0)]
   curve = summary["curve"]
@@ -779,6 +799,17 @@ _CLEANER_NOTE = (
 )
 
 
+def record_changes(records: str) -> list[str]:
+  """The records folder's CHANGES.md (edits made to committed records after their runs,
+  and why), quoted in the report; nothing if there is none."""
+  path = os.path.join(records, "CHANGES.md")
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    text = f.read().strip()
+  return ["Changes to the committed records since their runs (`CHANGES.md` there):", "", text, ""]
+
+
 def write_report(sweep, runs, records: str, command: str, path: str, png: str) -> list[dict]:
   arms = by_arm(runs)
   rows = claim_rows(arms, _DRAWS.value)
@@ -795,6 +826,7 @@ def write_report(sweep, runs, records: str, command: str, path: str, png: str) -
     f"machine, summed{_remaining(runs, total)}). Records: `{os.path.relpath(records, REPO)}`; "
     "the sweep continues with the same command (finished runs are skipped).",
     "",
+    *record_changes(records),
     *se_lines(arms),
     "",
     *arm_table(arms),

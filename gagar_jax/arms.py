@@ -43,6 +43,12 @@ def get(name: str, field: str = "arm") -> Arm:
   return ARMS[name]
 
 
+def label(name: str, backend: str) -> str:
+  """The arm as sweeps and reports name it: the grader backend joins the name when it is
+  not the default rubric (gagar graded by the LM grader: `gagar_lm`)."""
+  return name if backend == "rubric" or not get(name).grades else f"{name}_{backend}"
+
+
 def check_advantage(name: str, advantage) -> None:
   """The learner's advantage settings must be those of arm `name` (`ConfigError` if not);
   `preserve_sum` only matters where the arm redistributes."""

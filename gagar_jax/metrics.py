@@ -13,6 +13,8 @@ import time
 
 import jax
 
+from gagar_jax import files
+
 
 class MetricWriter:
   def __init__(self, workdir: str, *, tensorboard: bool = True):
@@ -57,7 +59,7 @@ class MetricWriter:
           record = json.loads(line)
         except json.JSONDecodeError:  # a line cut short by the kill
           continue
-        if record["step"] <= step:
+        if isinstance(record, dict) and record.get("step", step + 1) <= step:
           kept.append(record)
     tmp = self.path + ".tmp"
     with open(tmp, "w") as f:
@@ -71,6 +73,32 @@ class MetricWriter:
 
 
 def read(path: str) -> list[dict]:
-  """All records of a metrics.jsonl file."""
-  with open(path) as f:
-    return [json.loads(line) for line in f if line.strip()]
+  """All records of a metrics.jsonl file (an `InputError` naming it and the line if one
+  is not a JSON object)."""
+  return files.read_jsonl(path)
+
+
+def row_kind(record: dict) -> tuple[str, ...]:
+  """What a row logs: the prefixes of its metrics (("train",), ("eval",), ("sft",)...)."""
+  return tuple(sorted({k.split("/", 1)[0] for k in record if "/" in k}))
+
+
+def duplicate_steps(records: list[dict]) -> list[int]:
+  """Steps logged more than once with the same kind of row (a resumed run that logged a
+  step again); a train and an eval row of one step are not duplicates."""
+  seen, dup = set(), set()
+  for r in records:
+    key = (r.get("step"), row_kind(r))
+    (dup if key in seen else seen).add(key)
+  return sorted({step for step, _ in dup})
+
+
+def first_occurrences(records: list[dict]) -> list[dict]:
+  """`records` without the rows that repeat an earlier (step, kind)."""
+  seen, out = set(), []
+  for r in records:
+    key = (r.get("step"), row_kind(r))
+    if key not in seen:
+      seen.add(key)
+      out.append(r)
+  return out

@@ -334,8 +334,6 @@ def fit(
   restored = ckpt.restore_newest(log=lambda line: print(line, flush=True))
   if restored is not None:
     _, state, meta, _ = restored
-    # Rows a killed run logged past its last checkpoint are logged again: drop them.
-    writer.rewind(int(state.step))
     print(f"[{tag}] resumed from step {int(state.step)}", flush=True)
   elif policy is not None:
     from gagar_jax import policy_io
@@ -345,6 +343,9 @@ def fit(
     print(f"[{tag}] warm start from {policy.kind} folder {policy.path}", flush=True)
   else:
     state, meta = trainer.init(config.seed), {}
+  # Rows a killed run logged past its last checkpoint (all of them, if it died before the
+  # first) are logged again from here: drop them, so no step is logged twice.
+  writer.rewind(int(state.step) if restored is not None else -1)
   print(
     f"[{tag}] {model_config.num_params() / 1e6:.2f}M params, {len(tokens)} sequences "
     f"({dropped} longer than {sft_config.seq_len} dropped), mean "

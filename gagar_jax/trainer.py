@@ -481,6 +481,9 @@ class Trainer:
       self.log(f"[train] resumed from step {step} ({self.workdir})")
     else:
       state, step = self.learner.init(c.seed, params=self.init_params), 0
+      # Rows of an earlier attempt that died before its first checkpoint: this run logs
+      # those steps again, so they go (a step is never logged twice).
+      self.writer.rewind(-1)
     # The KL reference is the warm start (init_from) for the whole run, resumes included,
     # in buffers of its own: the update step donates the policy's.
     # It is saved in the checkpoints too (a resume does not depend on init_from's files).
@@ -599,7 +602,9 @@ class Trainer:
       os.path.join(self.workdir, "policy"), self.tok, self.model_config, sample_params
     )
     summary = {
-      "arm": c.arm,
+      "arm": arms_lib.label(c.arm, c.grader.backend),  # as the sweeps name it (gagar_lm)
+      "base_arm": c.arm,
+      "grader": c.grader.backend if self.grades else None,
       "seed": c.seed,
       "steps": step,
       "optimizer_steps": int(state.step),

@@ -13,6 +13,8 @@ import time
 import numpy as np
 import pytest
 
+from gagar_jax import metrics
+from gagar_jax.errors import InputError
 from tests.conftest import REPO
 
 SCRIPT = os.path.join(REPO, "experiments", "reproduce_ablations.py")
@@ -275,13 +277,47 @@ def test_a_record_with_lost_log_rows_is_refused(tmp_path):
   assert not (tmp_path / "records" / "grpo_s3").exists()
 
 
+def test_a_record_with_duplicated_rows_or_a_broken_file_is_refused(tmp_path):
+  # Regression: gagar_s0 (pressure_all) logged steps 1-12 twice after a restart and the
+  # aggregation counted them twice. A broken record file names itself.
+  ra = _load_script()
+  record = tmp_path / "gagar_s0"
+  _fake_record(record, "gagar", 0, 0.3, 0, [1, 3], 0.0, np.random.default_rng(0))
+  ra.load_run(str(record))
+  metrics_file = record / "metrics.jsonl"
+  rows = metrics_file.read_text().splitlines()
+  metrics_file.write_text("\n".join(rows[:4] + rows[1:4] + rows[4:]) + "\n")
+  with pytest.raises(InputError, match=r"metrics.jsonl: logs 3 steps \(2\.\.4\) more than once"):
+    ra.load_run(str(record))
+  run = {"name": "gagar_s0", "arm": "gagar", "config": "", "overrides": {}}
+  with pytest.raises(ra.IncompleteLog, match="more than once; not recorded"):
+    ra.save_record(run, str(record), str(tmp_path / "records" / "gagar_s0"), 60.0)
+  metrics_file.write_text("\n".join(rows) + "\n")
+  meta = json.loads((record / "record.json").read_text())
+  (record / "record.json").write_text(json.dumps({k: v for k, v in meta.items() if k != "name"}))
+  with pytest.raises(InputError, match=r"record.json: lacks the field\(s\) name"):
+    ra.load_run(str(record))
+  (record / "record.json").write_text("{")
+  with pytest.raises(InputError, match=r"record.json: is not valid JSON"):
+    ra.load_run(str(record))
+  (record / "record.json").write_text(json.dumps(meta))
+  metrics_file.write_text("\n".join(rows[:5] + ['{"step": 3, "train/lo'] + rows[5:]) + "\n")
+  with pytest.raises(InputError, match=r"metrics.jsonl: line 6 is not valid JSON"):
+    ra.load_run(str(record))
+
+
 def test_committed_records_are_whole():
-  # The reports in results/ are aggregated from these records; each must log every step.
+  # The reports in results/ are aggregated from these records; each must log every step,
+  # once, and name its arm as the sweep does.
   ra = _load_script()
   records = sorted(glob.glob(os.path.join(REPO, "results", "sweeps", "*", "*", "record.json")))
   assert len(records) >= 40
   for record in records:
-    assert ra.missing_steps(os.path.dirname(record)) == [], record
+    folder = os.path.dirname(record)
+    assert ra.missing_steps(folder) == [], record
+    assert metrics.duplicate_steps(metrics.read(os.path.join(folder, "metrics.jsonl"))) == []
+    summary = json.load(open(os.path.join(folder, "summary.json")))
+    assert summary["arm"] == json.load(open(record))["arm"], record
 
 
 def test_sigterm_stops_the_run_the_sweep_waits_on(tmp_path):
