@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from gagar_jax import sharding
+from gagar_jax.errors import InputError
 from gagar_jax.learner.checkpoint import Checkpointer
 from tests import helpers
 from tests.conftest import REPO
@@ -110,3 +111,50 @@ def test_crash_mid_save_never_restores_wrongly(learner, tmp_path):
     ckpt.close()
   # At least one kill landed mid-save (a half-written temporary directory was left).
   assert interrupted >= 1
+
+
+def _damage(step_dir, how: str) -> None:
+  """Fault injection into a saved step: its array data cut short, or an empty _METADATA."""
+  if how == "truncated arrays":
+    for root, _, names in os.walk(os.path.join(step_dir, "state")):
+      for name in names:
+        if os.sep + "d" in root and "ocdbt" in root:  # the array data files
+          os.truncate(os.path.join(root, name), 10)
+  else:
+    open(os.path.join(step_dir, "state", "_METADATA"), "w").close()
+
+
+@pytest.mark.parametrize("how", ["truncated arrays", "empty _METADATA"])
+def test_resume_falls_back_past_a_damaged_newest_checkpoint(learner, tmp_path, how):
+  directory = str(tmp_path / "ckpt")
+  ckpt = Checkpointer(directory, learner.abstract_state, learner.state_shardings, save_every=1)
+  state = learner.init(0)
+  saved = {}
+  for position in range(2):
+    batch = helpers.with_logprobs(learner, state, helpers.synthetic_batch(position))
+    state, _ = learner.step(state, batch)
+    saved[int(state.step)] = jax.device_get(state.params)
+    ckpt.save(int(state.step), state, {"data_position": position + 1})
+  ckpt.close()
+  _damage(os.path.join(directory, "2"), how)
+  lines = []
+  ckpt = Checkpointer(directory, learner.abstract_state, learner.state_shardings, save_every=1)
+  step, restored, meta, _ = ckpt.restore_newest(log=lines.append)
+  assert step == 1 and meta == {"data_position": 1}
+  for a, b in zip(jax.tree.leaves(restored.params), jax.tree.leaves(saved[1]), strict=True):
+    np.testing.assert_array_equal(np.asarray(a), b)
+  assert len(lines) == 1 and lines[0].startswith("[checkpoint] step 2 does not restore (")
+  assert lines[0].endswith("resuming from step 1") and len(lines[0]) < 400
+  # The damaged step is kept aside, out of the way: step 2 can be written anew.
+  assert os.path.isdir(directory + ".broken/2") and ckpt.all_steps() == [1]
+  assert ckpt.save(2, restored, {}, force=True)
+  ckpt.close()
+  # When no checkpoint restores: one error naming the folder and each step's reason.
+  _damage(os.path.join(directory, "1"), how)
+  _damage(os.path.join(directory, "2"), how)
+  ckpt = Checkpointer(directory, learner.abstract_state, learner.state_shardings, save_every=1)
+  with pytest.raises(
+    InputError, match=rf"^{directory}: no checkpoint restores \(step 2: .*; step 1: "
+  ):
+    ckpt.restore_newest()
+  ckpt.close()

@@ -4,6 +4,8 @@ And bad configs fail before any compute, naming the field."""
 
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -144,6 +146,63 @@ def test_sft_then_rl_with_kl_kill_and_resume(warm_start, kl_run):
   assert os.path.exists(os.path.join(workdir, "curves.png"))
   assert os.path.exists(os.path.join(workdir, "tensorboard"))
   assert json.load(open(os.path.join(workdir, "config.json")))["arm"] == "gagar"
+
+
+def test_ctrl_c_stops_after_a_step_with_a_checkpoint_then_resumes(warm_start):
+  # The first Ctrl-C lets the step finish, checkpoints it (checkpoint_every=10: no periodic
+  # one) and exits 130 with one line; the same command resumes there.
+  root = warm_start
+  workdir = str(root / "rl_interrupted")
+  args = [
+    "--config=configs/gagar.py:runlocal=True",
+    f"--workdir={workdir}",
+    f"--config.data_dir={root / 'data'}",
+    f"--config.init_from={root / 'policy'}",
+    "--config.checkpoint_every=10",
+  ]
+  proc = subprocess.Popen(
+    [sys.executable, os.path.join(REPO, "experiments", "train.py"), *args],
+    cwd=REPO,
+    env=_env(),
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
+  )
+  for line in proc.stdout:
+    if line.startswith("[train] step 1/3"):
+      proc.send_signal(signal.SIGINT)
+      break
+  out, err = proc.communicate(timeout=300)
+  assert proc.returncode == 130, err[-3000:]
+  assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+  stopped = re.search(r"\[train\] stopped at step (\d)/3 \(Ctrl-C\); checkpoint saved", err)
+  assert stopped, err[-2000:]
+  step = int(stopped.group(1))
+  assert os.listdir(os.path.join(workdir, "checkpoints")) == [str(step)]
+  out = _run("train.py", *args)
+  assert f"resumed from step {step}" in out and "[train] done" in out
+  rows = [
+    r["step"] for r in metrics.read(os.path.join(workdir, "metrics.jsonl")) if "train/skipped" in r
+  ]
+  assert rows == [1, 2, 3]
+
+
+def test_sft_resumed_after_a_kill_logs_each_step_once(warm_start, tmp_path):
+  # Regression: SFT killed after logging steps past its last checkpoint logged them twice
+  # on resume. The warm start's workdir without its last checkpoint is such a kill.
+  root, work = warm_start, tmp_path / "sft"
+  shutil.copytree(root / "sft", work)
+  shutil.rmtree(work / "checkpoints" / "6")
+  out = _run(
+    "sft.py",
+    "--config=configs/sft.py:runlocal=True",
+    f"--workdir={work}",
+    f"--config.data_dir={root / 'data'}",
+  )
+  assert "[sft] resumed from step 3" in out and "[sft] done" in out
+  records = metrics.read(str(work / "metrics.jsonl"))
+  assert [r["step"] for r in records if "sft/loss" in r] == [1, 2, 3, 4, 5, 6]
+  assert metrics.duplicate_steps(records) == []
 
 
 def test_steps_that_keep_no_group_are_skipped(warm_start):

@@ -19,6 +19,7 @@ from typing import Protocol
 import tokenizers as hf
 
 from gagar_jax import files
+from gagar_jax.errors import InputError
 from gagar_jax.models import chat_template as chat_lib
 
 PAD = "<|pad|>"
@@ -177,7 +178,11 @@ class HFTokenizer:
       for key in ("eos_token", "pad_token"):
         if value := _token_text(config.get(key)):
           kwargs[key] = value
-    tok = cls(hf.Tokenizer.from_file(file), config=config, name=f"tokenizer in {folder}", **kwargs)
+    try:
+      backend = hf.Tokenizer.from_file(file)
+    except Exception as e:  # the tokenizers library raises a bare Exception for a bad file
+      raise InputError(file, f"is not a readable tokenizer.json ({e})") from None
+    tok = cls(backend, config=config, name=f"tokenizer in {folder}", **kwargs)
     if chat_template:
       source, where = chat_lib.load_source(chat_template)
     else:
