@@ -36,6 +36,7 @@ from ml_collections import config_flags
 from timing import median_time
 
 from gagar_jax import cli, sharding
+from gagar_jax import workdir as workdir_lib
 from gagar_jax.errors import ConfigError
 from gagar_jax.models import sampler as sampler_lib
 from gagar_jax.models import tokenizers, transformer
@@ -268,6 +269,8 @@ def main(argv):
       chat_template=_TEMPLATE.value,
     )
     return
+  # Its own folder: never a training run's workdir (whose summary.json it would replace).
+  workdir_lib.check_output_folder(_WORKDIR.value, "workdir", keeps=("summary.json",))
   run(_CONFIG.value, _WORKDIR.value)
 
 

@@ -11,8 +11,26 @@ from tests.conftest import REPO
 
 DOCS = ("README.md", "docs/design.md")
 # Written by runs, not shipped.
-OUTPUTS = ("runs/", "data/", "/tmp", ".venv", "workdir/", "policy/", "checkpoints/", "tensorboard/")
-OUTPUT_NAMES = {"summary.json", "curves.png", "curve.png", "config.json", "metrics.jsonl"}
+OUTPUTS = (
+  "runs/",
+  "data/",
+  "/tmp",
+  ".venv",
+  "workdir/",
+  "policy/",
+  "checkpoints/",
+  "checkpoints.broken/",
+  "tensorboard/",
+)
+OUTPUT_NAMES = {
+  "summary.json",
+  "curves.png",
+  "curve.png",
+  "config.json",
+  "metrics.jsonl",
+  "workdir.json",
+  "config_changes.jsonl",
+}
 _SPAN = re.compile(r"`([^`\n]+)`")
 _PATHISH = re.compile(r"^[\w.{},*-]+(/[\w.{},*-]*)*$")
 _EXT = (".py", ".md", ".json", ".lock", ".png", ".toml", ".safetensors", ".jinja", ".txt")
