@@ -46,7 +46,7 @@ from absl import flags
 
 from gagar_jax import cli, configlib, files, stats
 from gagar_jax import metrics as metrics_lib
-from gagar_jax.errors import InputError
+from gagar_jax.errors import ConfigError, InputError
 
 _SWEEP = flags.DEFINE_string(
   "sweep",
@@ -86,8 +86,15 @@ def _module(path: str):
 
 
 def load_sweep(spec: str):
+  """The sweep of `--sweep=FILE:ARG`; a `ConfigError` naming `sweep` for a missing file or
+  a bad argument."""
   path, _, arg = spec.partition(":")
-  return _module(path).get_sweep(arg or None)
+  if not os.path.isfile(os.path.join(REPO, path)):
+    raise ConfigError("sweep", f"{path}: no such sweep file")
+  try:
+    return _module(path).get_sweep(arg or None)
+  except ValueError as e:
+    raise ConfigError("sweep", str(e)) from None
 
 
 def run_config(run: dict):

@@ -15,6 +15,19 @@ import numpy as np
 from gagar_jax.errors import InputError
 
 
+def writable_folder(path: str, field: str) -> None:
+  """Creates folder `path` if needed; a `ConfigError` naming `field` if it cannot be
+  created or written (checked before any compute, not when the first file is written)."""
+  from gagar_jax.errors import ConfigError
+
+  try:
+    os.makedirs(path, exist_ok=True)
+  except OSError as e:
+    raise ConfigError(field, f"{path} cannot be created ({e.strerror or e})") from None
+  if not os.access(path, os.W_OK | os.X_OK):
+    raise ConfigError(field, f"{path} is not writable")
+
+
 def write_atomic(path: str, text: str) -> None:
   """Writes `text` to `path` through a temporary file in the same folder."""
   tmp = f"{path}.tmp{os.getpid()}"

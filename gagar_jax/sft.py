@@ -21,7 +21,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from gagar_jax import cli, sharding
+from gagar_jax import cli, files, sharding
 from gagar_jax import workdir as workdir_lib
 from gagar_jax.configlib import check, check_positive_ints, from_dict
 from gagar_jax.envs import transcript
@@ -72,6 +72,7 @@ def parse_config(config) -> SFTConfig:
   from gagar_jax.envs import expert
 
   sft_config = from_dict(SFTConfig, config.sft, "sft")
+  files.writable_folder(config.data_dir, "data_dir")  # where the TFDS suites are built
   policy = open_init(config)
   if policy is None:
     # The model section's shape (its vocab_size follows the tokenizer, trained later).

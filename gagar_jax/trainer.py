@@ -23,7 +23,7 @@ import jax
 import numpy as np
 
 from gagar_jax import arms as arms_lib
-from gagar_jax import cli, evaluation, policy_io, rollout, sharding, suites
+from gagar_jax import cli, evaluation, files, policy_io, rollout, sharding, suites
 from gagar_jax import metrics as metrics_lib
 from gagar_jax import workdir as workdir_lib
 from gagar_jax.configlib import check, check_positive_ints, from_dict
@@ -56,6 +56,7 @@ def parse_config(config):
   )
   arms_lib.check_advantage(config.arm, learner_cfg.advantage)
   graded_suites(config)  # checks the suite section and grader.suites
+  files.writable_folder(config.data_dir, "data_dir")  # where the TFDS suites are built
   policy = policy_io.open_from_config(config)
   try:  # the episode format must render (system message, tool turns, stop tokens)
     rollout.agent_format(policy.tok, rollout_cfg)

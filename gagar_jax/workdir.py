@@ -23,6 +23,7 @@ import time
 
 import jax
 
+from gagar_jax import files
 from gagar_jax.errors import ConfigError
 from gagar_jax.files import read_json, write_atomic, write_json_atomic
 
@@ -145,7 +146,7 @@ def claim(path: str, kind: str, config, *, log=print) -> dict[str, tuple]:
       )
   if jax.process_index() != 0:
     return changed
-  os.makedirs(path, exist_ok=True)
+  files.writable_folder(path, "workdir")
   if not os.path.exists(marker):
     write_json_atomic(marker, {"kind": kind, "created": time.time()})
   if changed:

@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gagar_jax.errors import InputError
 from gagar_jax.models import tokenizers
 
 CORPUS = [f"def add_{i}(x, y):\n    return x + {i} * y\n" for i in range(400)]
@@ -56,7 +57,7 @@ def test_save_and_load(bpe, tmp_path):
   loaded = tokenizers.HFTokenizer.from_file(str(tmp_path))
   assert loaded.encode(CORPUS[7]) == bpe.encode(CORPUS[7])
   assert (loaded.eos_id, loaded.pad_id) == (bpe.eos_id, bpe.pad_id)
-  with pytest.raises(FileNotFoundError):
+  with pytest.raises(InputError, match="missing: file not found"):
     tokenizers.HFTokenizer.from_file(str(tmp_path / "missing"))
 
 

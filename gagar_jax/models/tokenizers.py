@@ -170,7 +170,7 @@ class HFTokenizer:
     folder = path if os.path.isdir(path) else os.path.dirname(path)
     file = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
     if not os.path.exists(file):
-      raise FileNotFoundError(f"no tokenizer.json at {file}")
+      raise InputError(file, "file not found (a tokenizer.json was expected)")
     kwargs, config = {}, {}
     config_file = os.path.join(folder, "tokenizer_config.json")
     if os.path.exists(config_file):
