@@ -169,6 +169,10 @@ class IncompleteLog(RuntimeError):
   pass
 
 
+class RunFailed(RuntimeError):
+  """A run's process failed; its log says why (the sweep stops with one line)."""
+
+
 def claim_workdir(run: dict, workdir: str) -> None:
   """Makes sure an existing workdir was started from this run's inputs, so a resumed
   (or already finished) run is never recorded for a changed config or warm start.
@@ -199,7 +203,7 @@ def _call(args: list[str], workdir: str, what: str) -> None:
   with open(os.path.join(workdir, "stdout.log"), "a") as log:
     proc = subprocess.run(args, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
   if proc.returncode:
-    raise RuntimeError(f"{what} failed (exit {proc.returncode}); see {workdir}/stdout.log")
+    raise RunFailed(f"{what} failed (exit {proc.returncode}); see {workdir}/stdout.log")
 
 
 def run_one(run: dict, workdir: str, world: str) -> float:
@@ -896,7 +900,7 @@ def main(argv):
     try:
       seconds = run_one(run, workdir, sweep.get("world", "default"))
       save_record(run, workdir, record_dir, seconds)
-    except (StaleWorkdir, IncompleteLog) as e:
+    except (StaleWorkdir, IncompleteLog, RunFailed) as e:
       sys.exit(f"reproduce_ablations.py: {e}")
     print(
       f"[ablations] {run['name']} done in {seconds / 60:.1f} min; record {record_dir}", flush=True

@@ -46,7 +46,7 @@ SAFE_ON_RESUME = (
   "grader.workers",
   "data_dir",
   "mesh.*",
-  "distributed.coordinator_address",
+  "distributed.*",
   "learner.micro_batches",
   "learner.split_step",
   "resume_override",
@@ -87,6 +87,12 @@ def is_safe(field: str) -> bool:
   return any(fnmatch.fnmatchcase(field, pattern) for pattern in SAFE_ON_RESUME)
 
 
+def _launcher_file(name: str) -> bool:
+  """What a launcher may put in a workdir before the run starts (the sweep's log and its
+  inputs digest): the folder is still the run's to claim."""
+  return name.endswith(".log") or name == "sweep_inputs.json"
+
+
 def _kind_of_legacy(saved: dict) -> str | None:
   """The kind of a workdir written before `workdir.json` existed, from its config."""
   if "arm" in saved:
@@ -118,7 +124,7 @@ def claim(path: str, kind: str, config, *, log=print) -> dict[str, tuple]:
     owner = read_json(marker).get("kind")
   elif saved is not None:
     owner = _kind_of_legacy(saved)
-  elif os.path.isdir(path) and os.listdir(path):
+  elif os.path.isdir(path) and [n for n in os.listdir(path) if not _launcher_file(n)]:
     owner = "unknown"
   else:
     owner = kind

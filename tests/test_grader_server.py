@@ -346,7 +346,10 @@ def test_64_concurrent_clients_are_all_answered_never_reset(served):
     try:
       conn = http.client.HTTPConnection(host, port, timeout=120)
       conn.request(
-        "POST", "/v1/chat/completions", body=body, headers={"Authorization": f"Bearer {KEY}"}
+        "POST",
+        "/v1/chat/completions",
+        body=body,
+        headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"},
       )
       resp = conn.getresponse()
       data = json.loads(resp.read())
@@ -360,7 +363,10 @@ def test_64_concurrent_clients_are_all_answered_never_reset(served):
   def rude():
     start.wait()
     sock = socket.create_connection((host, port), timeout=30)
-    head = f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
+    head = (
+      f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
+      "Content-Type: application/json\r\n"
+    )
     sock.sendall(f"{head}Content-Length: {len(body)}\r\n\r\n{body}".encode())
     sock.close()  # gone before the answer
 
