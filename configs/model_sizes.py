@@ -63,6 +63,21 @@ PRESETS = {
     tie_embeddings=True,
     max_seq_len=1024,
   ),
+  # SmolLM2-135M-Instruct's shape (Llama; the real-shape benchmarks use random weights).
+  "smollm2-135m": dict(
+    vocab_size=49152,
+    embed_dim=576,
+    num_layers=30,
+    num_heads=9,
+    num_kv_heads=3,
+    head_dim=64,
+    mlp_dim=1536,
+    rope_theta=100_000.0,
+    norm_eps=1e-5,
+    qkv_bias=False,
+    tie_embeddings=True,
+    max_seq_len=8192,
+  ),
   "qwen2.5-coder-0.5b": dict(
     vocab_size=151936,
     embed_dim=896,

@@ -10,6 +10,7 @@ Tunix-matched toy GRPO loop and the `make run` RL step by phase.
     python experiments/bench.py --sections=grpo_matched --json=/tmp/gagar.json
     python experiments/bench.py --sections=rl_step --rl_steps=6
     python experiments/bench.py --sections=checkpoint   # async vs sync orbax saves
+    python experiments/bench.py --sections=real_sampler --repeats=3  # SmolLM2-135M shape
 
 Every figure is the median of `--repeats` timed runs after a compile/warm-up
 run, measured in this process. MFU divides the model FLOP rate of the
@@ -57,6 +58,8 @@ _SECTIONS = flags.DEFINE_list(
 )
 _SANDBOX_WORKERS = flags.DEFINE_integer("sandbox_workers", 2, "Sandbox pool size (and threads).")
 _POLICY = flags.DEFINE_string("policy", "assets/pre_rl", "Policy folder for the grading bench.")
+_REAL_SIZE = flags.DEFINE_string("real_size", "smollm2-135m", "Preset of the real_sampler section.")
+_REAL_CACHES = flags.DEFINE_list("real_caches", ["512", "8192"], "Cache sizes it compares.")
 _LEARNER_SIZES = flags.DEFINE_list("learner_sizes", ["tiny", "small"], "Presets for the step.")
 _GROUPS = flags.DEFINE_integer("groups", 4, "Learner step: groups per batch (N).")
 _GROUP_SIZE = flags.DEFINE_integer("group_size", 8, "Learner step: trajectories per group (G).")
@@ -119,6 +122,41 @@ def bench_sampler(config, graphdef, params, rows, repeats, rng):
         shape,
         f"{b * g / t_naive:,.0f} tok/s",
         f"cache speedup {t_naive / t_cache:.1f}x",
+      )
+    )
+
+
+def bench_real_sampler(rows, repeats):
+  """The sampler at a real shape (`--real_size`, random weights): 8 chat-length prompts
+  (36-50 tokens), 128 greedy tokens each, with each `--real_caches` cache size. Attention
+  reads only the filled part of the cache, so the rates should not depend on its size."""
+  config = transformer.ModelConfig.from_dict(model_sizes.get_config(_REAL_SIZE.value))
+  graphdef, params = nnx.split(transformer.create(config, seed=0))
+  rng = np.random.default_rng(0)
+  prompts = [rng.integers(0, config.vocab_size, 36 + 2 * i).tolist() for i in range(8)]
+  n = 128
+  greedy = sampler_lib.SamplingParams(max_new_tokens=n, temperature=0.0)
+  shape = f"{_REAL_SIZE.value} B=8 prompt 36-50 new={n}"
+  tokens, rates = {}, {}
+  for cache in (int(c) for c in _REAL_CACHES.value):
+    sampler = sampler_lib.Sampler(config, graphdef, cache_size=cache, pad_id=0)
+
+    def run(sampler=sampler):
+      state = sampler.prefill(params, prompts)
+      return sampler.generate(params, state, jax.random.key(0), greedy)[1].tokens
+
+    tokens[cache] = np.asarray(run())  # compiles
+    rates[cache] = len(prompts) * n / median_time(run, repeats)
+    print(f"  real-shape sampler, cache {cache}: {rates[cache]:.1f} tok/s", flush=True)
+  first = min(rates)
+  for cache, rate in rates.items():
+    same = np.array_equal(tokens[cache], tokens[first])
+    rows.append(
+      (
+        f"sample, real shape, cache {cache}",
+        shape,
+        f"{rate:,.1f} tok/s",
+        f"{rates[first] / rate:.2f}x the time of cache {first}; greedy tokens equal: {same}",
       )
     )
 
@@ -455,6 +493,8 @@ def main(argv):
     rows.append(("matmul peak", f"{_MATMUL_N.value}^3", f"{peak / 1e9:.1f} GFLOP/s", ""))
   if "sampler" in sections:
     bench_sampler(config, graphdef, params, rows, repeats, rng)
+  if "real_sampler" in sections:
+    bench_real_sampler(rows, repeats)
   if "model" in sections:
     bench_model(config, graphdef, params, rows, repeats, rng, peak)
   if "learner" in sections:

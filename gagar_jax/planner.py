@@ -19,15 +19,16 @@ The analytic model (per device; `S` = this device's shard of one copy of the wei
     update       1.5 S                  (new moments and parameters before the swap)
     backward     gathered + activations, where gathered = the weights an FSDP axis
                  all-gathers for compute (their full size over `fsdp`), and activations
-                 = rows x T x (L x per-token bytes kept for the backward pass + logits)
+                 = rows x T x L x per-token bytes kept for the backward pass + logits
                  for the micro-batch's rows on this device; per layer and token it keeps
                    remat none:  6 D + 3 (H + K) hd / tp + 4 F / tp values, and the attention
                                 scores and probabilities (2 x H / tp x keys, float32)
                    remat block: the projections only, (H + 2 K) hd / tp + 2 D + 3 F / tp,
                                 plus one layer's attention recomputed at a time
                    remat full:  the block input D, plus one layer recomputed at a time
-                 and the logits 3 x V / tp float32 values per token (logits, log-softmax,
-                 its exponential for the entropy).
+                 and one chunk of the vocabulary projection: rows x C x 3 x V / tp float32
+                 values (logits, probabilities, their cotangent; C positions per chunk,
+                 `learner.step.logit_chunk`: the loss never holds `[rows, T, V]`).
   sampler        the KV cache at the rollout batch: 2 x L x rows x K / tp x max tokens x
                  hd values, plus decode logits (rows x V / tp float32); rollouts and
                  updates alternate, so the peak is the larger of the two phases.
@@ -46,6 +47,7 @@ import numpy as np
 
 from gagar_jax import sharding
 from gagar_jax.errors import ConfigError
+from gagar_jax.learner import step as step_lib
 
 GIB = 2**30
 
@@ -224,8 +226,11 @@ def analytic(model_config, mesh: sharding.MeshConfig, workload: Workload, rules=
   }[c.remat]
   one_layer = 0 if c.remat == "none" else (6 * d + 3 * (heads + kv) * hd + 4 * mlp) * b + attention
   rows = w.rows / w.micro_batches / shards
-  logits = 3 * vocab * 4
-  activations = rows * t * (c.num_layers * per_layer + one_layer + logits)
+  # The vocabulary projection runs in chunks of positions (`step.logit_chunk`, chosen on
+  # the micro-batch's rows): one chunk's logits, probabilities and their cotangent.
+  chunk = step_lib.logit_chunk(int(w.rows / w.micro_batches), t - 1, c.vocab_size)
+  logits = rows * min(chunk, t) * 3 * vocab * 4
+  activations = rows * t * (c.num_layers * per_layer + one_layer) + logits
   activations += w.rows / shards * t * 13  # the batch: tokens, masks, two log-prob arrays
   fsdp_gather = gathered - shard if shape["fsdp"] > 1 else 0
   grads = shard * (2 if w.micro_batches > 1 else 1)  # an accumulator beside the current
@@ -255,7 +260,6 @@ def compiled(model_config, mesh_config, workload: Workload, rules=None, learner_
   import jax
 
   from gagar_jax.learner import learner as learner_lib
-  from gagar_jax.learner import step as step_lib
   from gagar_jax.learner.config import LearnerConfig
 
   mesh = sharding.make_mesh(mesh_config)

@@ -19,13 +19,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from flax import nnx
 
 from gagar_jax import cli, files, sharding
 from gagar_jax import workdir as workdir_lib
 from gagar_jax.configlib import check, check_positive_ints, from_dict
 from gagar_jax.envs import transcript
 from gagar_jax.errors import Interrupted
+from gagar_jax.learner import step as step_lib
 from gagar_jax.learner import train_state
 from gagar_jax.learner.config import OptimConfig
 from gagar_jax.models import transformer
@@ -175,9 +175,8 @@ class SFTTrainer:
     graphdef, optimizer = self.graphdef, self.optimizer
 
     def loss_fn(params, tokens, weights):
-      logits = nnx.merge(graphdef, params)(tokens[:, :-1])
-      logp = jax.nn.log_softmax(logits, axis=-1)
-      nll = -jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1)[..., 0]
+      # The learner's token log-probs (vocabulary in chunks: never `[B, T, V]` at once).
+      nll = -step_lib.token_logprobs(graphdef, params, tokens)[:, 1:]
       w = weights[:, 1:]
       action = (w == 1.0).astype(jnp.float32)
       return jnp.sum(w * nll) / jnp.maximum(jnp.sum(w), 1e-6), {

@@ -2,14 +2,18 @@
 
 import chex
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
+from configs import model_sizes
 from gagar_jax import sharding
 from gagar_jax.errors import ConfigError
 from gagar_jax.learner import step as step_lib
 from gagar_jax.learner import train_state
 from gagar_jax.learner.config import LearnerConfig, OptimConfig
+from gagar_jax.models import transformer
 from tests import helpers
 
 
@@ -232,3 +236,58 @@ def test_sharded_step_equals_single_device(devices8, mesh1):
   np.testing.assert_allclose(out["sharded"][2], out["single"][2], atol=1e-6)
   for key in ("loss", "grad_norm", "adv_abs_moved", "entropy"):
     assert out["sharded"][1][key] == pytest.approx(out["single"][1][key], rel=1e-4, abs=1e-6)
+
+
+def _reference_logprobs(graphdef, params, tokens):
+  """The full-vocabulary computation the chunked one replaces: log_softmax of `[B, T, V]`."""
+  logp = jax.nn.log_softmax(nnx.merge(graphdef, params)(tokens[:, :-1]), axis=-1)
+  taken = jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1)[..., 0]
+  entropy = -jnp.sum(jnp.exp(logp) * logp, axis=-1)
+  return taken, entropy
+
+
+@pytest.mark.parametrize("preset,tied", [("nano", True), ("nano", False), ("tiny", True)])
+def test_chunked_token_logprobs_equal_the_full_vocabulary_pass(preset, tied):
+  config = transformer.ModelConfig.from_dict(
+    {**model_sizes.get_config(preset), "vocab_size": 300, "tie_embeddings": tied}
+  )
+  graphdef, params = nnx.split(transformer.create(config, 0))
+  tokens = jnp.asarray(np.random.default_rng(0).integers(0, 300, (3, 24)), jnp.int32)
+  w = jnp.asarray(np.random.default_rng(1).standard_normal((2, 3, 23)), jnp.float32)
+
+  def loss(params, fn):
+    taken, entropy = fn(params)
+    return jnp.sum(w[0] * taken) + jnp.sum(w[1] * entropy)
+
+  ref = lambda p: _reference_logprobs(graphdef, p, tokens)
+  want, want_grad = _reference_logprobs(graphdef, params, tokens), jax.grad(loss)(params, ref)
+  for chunk in (None, 5, 8, 64):  # one chunk; 5 chunks with padding; 3; more than T
+    fn = lambda p, c=chunk: tuple(
+      x[:, 1:] for x in step_lib.token_logprobs(graphdef, p, tokens, True, chunk=c)
+    )
+    got = fn(params)
+    for a, b in zip(got, want, strict=True):
+      np.testing.assert_allclose(a, b, atol=1e-5, err_msg=f"chunk={chunk}")
+    grads = jax.grad(loss)(params, fn)
+    for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(want_grad), strict=True):
+      np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5, err_msg=f"chunk={chunk}")
+
+
+def test_chunked_logprobs_never_hold_the_whole_vocabulary():
+  # XLA's memory analysis of the compiled gradient: [4, 511, 4096] float32 logits are
+  # 32 MiB each.
+  config = transformer.ModelConfig.from_dict({**model_sizes.get_config("nano"), "vocab_size": 4096})
+  graphdef, params = nnx.split(transformer.create(config, 0))
+  tokens = jnp.zeros((4, 512), jnp.int32)
+  assert step_lib.logit_chunk(4, 511, 151936) == 16 and step_lib.logit_chunk(48, 447, 512) == 447
+
+  def temp_bytes(chunk):
+    fn = lambda p: jnp.sum(step_lib.token_logprobs(graphdef, p, tokens, True, chunk=chunk)[1])
+    compiled = jax.jit(jax.grad(fn)).lower(params).compile()
+    return compiled.memory_analysis().temp_size_in_bytes
+
+  # Unchunked, the logits, their log-softmax and its exponential (and their cotangents)
+  # are live together; in chunks of 64 at least 2.5 such arrays' worth is gone.
+  whole, chunked = temp_bytes(512), temp_bytes(64)
+  logits_bytes = 4 * 511 * 4096 * 4
+  assert whole - chunked > 2.5 * logits_bytes, (whole, chunked)

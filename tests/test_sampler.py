@@ -182,6 +182,38 @@ def test_multi_turn_append_equals_reprefill(sampler, nano_config, nano_model):
   np.testing.assert_allclose(state.last_logits, ref_state.last_logits, atol=1e-4)
 
 
+@pytest.mark.parametrize("chunk", [0, 4])
+def test_a_cache_much_larger_than_the_text_decodes_the_same(nano_config, nano_model, chunk):
+  # Attention reads only the filled part of the cache (a power-of-two bound of the longest
+  # row's end): a 4096-slot cache must give the tokens, log-probs and next logits of a
+  # 300-slot one, across turns whose bound grows (256 slots, then 512).
+  graphdef, params = nano_model
+  small = sampler_lib.Sampler(nano_config, graphdef, cache_size=300, pad_id=0)
+  big = sampler_lib.Sampler(nano_config, graphdef, cache_size=4096, pad_id=0, decode_chunk=chunk)
+  assert [big.attend_bound(n) for n in (1, 256, 257, 600, 5000)] == [256, 256, 512, 1024, 4096]
+  assert small.attend_bound(280) == 300
+  greedy = sampler_lib.SamplingParams(max_new_tokens=12, temperature=0.0)
+  long_obs = [[30 + i % 50 for i in range(70)], [], [9] * 240, [4, 5]]
+  outs = []
+  for s in (small, big):
+    state, turn1 = _generate(s, params, PROMPTS, jax.random.key(0), greedy)
+    state = s.append(params, state, long_obs)
+    state, turn2 = s.generate(params, state, jax.random.key(1), greedy)
+    outs.append((turn1, turn2, state))
+  (a1, a2, sa), (b1, b2, sb) = outs
+  for x, y in ((a1, b1), (a2, b2)):
+    np.testing.assert_array_equal(x.tokens, y.tokens)
+    np.testing.assert_allclose(x.logprobs, y.logprobs, atol=1e-5)
+  np.testing.assert_array_equal(sa.lengths, sb.lengths)
+  assert int(np.max(sb.lengths)) > 256  # the second turn crossed a bound
+  np.testing.assert_allclose(sa.last_logits, sb.last_logits, atol=1e-5)
+  transcripts = [p + np.asarray(a1.tokens[i]).tolist() + long_obs[i] for i, p in enumerate(PROMPTS)]
+  ref, _, _ = sampler_lib.generate_without_cache(
+    graphdef, params, transcripts, jax.random.key(1), greedy
+  )
+  np.testing.assert_array_equal(b2.tokens, ref)
+
+
 def test_cache_limits(sampler, nano_model):
   _, params = nano_model
   state = sampler.prefill(params, [[1] * 60])

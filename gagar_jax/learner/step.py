@@ -28,6 +28,7 @@ from gagar_jax.errors import ConfigError
 from gagar_jax.learner import losses
 from gagar_jax.learner.config import AdvantageConfig, LearnerConfig
 from gagar_jax.learner.train_state import TrainState, make_schedule
+from gagar_jax.models import transformer
 
 
 class Batch(NamedTuple):
@@ -167,15 +168,62 @@ def advantage_metrics(base, new, batch: Batch) -> dict:
   }
 
 
-def token_logprobs(graphdef, params, tokens, with_entropy: bool = False):
-  """log p(token_t | tokens_<t) for `tokens [B, T]` -> `[B, T]` (0 at t = 0)."""
-  logits = nnx.merge(graphdef, params)(tokens[:, :-1])
-  logp = jax.nn.log_softmax(logits, axis=-1)
-  taken = jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1)[..., 0]
+# Float32 logits held at once by `token_logprobs` (rows x positions x vocabulary): past
+# this the sequence is cut into chunks whose logits are recomputed in the backward pass.
+LOGIT_CHUNK_ELEMENTS = 1 << 24
+
+
+def logit_chunk(rows: int, positions: int, vocab: int) -> int:
+  """Positions per chunk so that `rows x chunk x vocab` stays within LOGIT_CHUNK_ELEMENTS
+  (a power of two); `positions` (one chunk) when everything fits."""
+  if rows * positions * vocab <= LOGIT_CHUNK_ELEMENTS:
+    return positions
+  chunk = 1
+  while rows * chunk * 2 * vocab <= LOGIT_CHUNK_ELEMENTS:
+    chunk *= 2
+  return chunk
+
+
+def _chunk_logprobs(head, hidden, targets):
+  """(log p(target), entropy) `[B, C]` from hidden states `[B, C, D]`: the logits'
+  log-sum-exp, the target's logit and the softmax-weighted logits; never log_softmax's
+  full `[B, C, V]` output beside the logits."""
+  logits = transformer.head_logits(hidden, head)
+  lse = jax.nn.logsumexp(logits, axis=-1)
+  taken = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0] - lse
+  probs = jnp.exp(logits - lse[..., None])
+  entropy = lse - jnp.sum(probs * logits, axis=-1)
+  return taken, entropy
+
+
+def token_logprobs(graphdef, params, tokens, with_entropy: bool = False, *, chunk=None):
+  """log p(token_t | tokens_<t) for `tokens [B, T]` -> `[B, T]` (0 at t = 0), and with
+  `with_entropy` the policy's entropy at each position.
+
+  The vocabulary projection runs over chunks of `chunk` positions (default
+  `logit_chunk`), each under `jax.checkpoint`: the forward pass and the gradient hold
+  one chunk's `[B, chunk, V]` float32 logits, never the whole `[B, T, V]`.
+  """
+  model = nnx.merge(graphdef, params)
+  hidden, _ = model.hidden(tokens[:, :-1])
+  targets = tokens[:, 1:]
+  b, t = targets.shape
+  head = model.head()
+  chunk = logit_chunk(b, t, head.shape[1]) if chunk is None else min(int(chunk), t)
+  if chunk >= t:
+    taken, entropy = _chunk_logprobs(head, hidden, targets)
+  else:
+    n = -(-t // chunk)
+    pad = n * chunk - t
+    h = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0))).reshape(b, n, chunk, hidden.shape[-1])
+    y = jnp.pad(targets, ((0, 0), (0, pad))).reshape(b, n, chunk)
+    per_chunk = jax.checkpoint(lambda xs: _chunk_logprobs(head, *xs))
+    taken, entropy = jax.lax.map(per_chunk, (jnp.swapaxes(h, 0, 1), jnp.swapaxes(y, 0, 1)))
+    taken = jnp.swapaxes(taken, 0, 1).reshape(b, n * chunk)[:, :t]
+    entropy = jnp.swapaxes(entropy, 0, 1).reshape(b, n * chunk)[:, :t]
   taken = jnp.pad(taken, ((0, 0), (1, 0)))
   if not with_entropy:
     return taken
-  entropy = -jnp.sum(jnp.exp(logp) * logp, axis=-1)
   return taken, jnp.pad(entropy, ((0, 0), (1, 0)))
 
 

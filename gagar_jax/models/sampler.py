@@ -43,6 +43,8 @@ FINISH_EOS = 1
 FINISH_STOP = 2  # a stop sequence was emitted
 FINISH_CACHE_FULL = 3
 FINISH_NAMES = ("length", "eos", "stop", "cache_full")
+# The smallest attention bound (`Sampler.attend_bound`).
+MIN_ATTEND = 256
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,10 +192,11 @@ def _stop_table(stop_sequences):
   return table
 
 
-def _forward_chunk(graphdef, params, state: SamplerState, tokens, counts):
-  """Writes `tokens [B, T]` (row b's first `counts[b]` real) at each row's offset."""
+def _forward_chunk(graphdef, params, state: SamplerState, tokens, counts, attend=None):
+  """Writes `tokens [B, T]` (row b's first `counts[b]` real) at each row's offset;
+  attention reads the first `attend` cache slots (static, see `Sampler.attend_bound`)."""
   model = nnx.merge(graphdef, params)
-  hidden, cache = model.hidden(tokens, cache=state.cache, write_index=state.lengths)
+  hidden, cache = model.hidden(tokens, cache=state.cache, write_index=state.lengths, attend=attend)
   last = jnp.clip(counts - 1, 0, tokens.shape[1] - 1)
   last_hidden = jnp.take_along_axis(hidden, last[:, None, None], axis=1)[:, 0]
   logits = model.logits(last_hidden)
@@ -220,8 +223,12 @@ def _decode(
   pad_id: int,
   active,
   carry_in: DecodeCarry | None = None,
+  attend: int | None = None,
 ):
   """The jitted decode loop (lax.while_loop; stops early when every row is done).
+
+  `attend` (static): attention reads only the first `attend` cache slots; every row
+  that generates must end within them (`Sampler.attend_bound`).
 
   With `carry_in` (from a previous chunk) it continues that chunk's key sequence,
   stop-sequence window and per-row state; `active` is then ignored. Returns
@@ -260,7 +267,7 @@ def _decode(
       hit_eos = jnp.zeros_like(done)
     new_reason = jnp.where(hit_eos, FINISH_EOS, new_reason)
     # The sampled token enters the cache (so the conversation can continue after it).
-    st = _forward_chunk(graphdef, params, st, tok[:, None], alive.astype(jnp.int32))
+    st = _forward_chunk(graphdef, params, st, tok[:, None], alive.astype(jnp.int32), attend)
     full = alive & (st.lengths >= cache_size)
     new_reason = jnp.where(full & ~hit_eos & ~hit_stop, FINISH_CACHE_FULL, new_reason)
     done = done | hit_eos | hit_stop | full
@@ -355,14 +362,17 @@ class Sampler:
       rows2 = sharding_lib.batch_sharding(mesh, rules, 2)
       output_out = SampleOutput(rows2, rows2, rows2, rows, rows)
     self._chunk = jax.jit(
-      functools.partial(_forward_chunk, graphdef), donate_argnums=(1,), out_shardings=state_out
+      functools.partial(_forward_chunk, graphdef),
+      static_argnums=(4,),
+      donate_argnums=(1,),
+      out_shardings=state_out,
     )
     carry_out = None
     if mesh is not None:
       carry_out = DecodeCarry(NamedSharding(mesh, jax.sharding.PartitionSpec()), rows2, rows, rows)
     self._decode = jax.jit(
       functools.partial(_decode, graphdef),
-      static_argnums=(3, 4),
+      static_argnums=(3, 4, 7),
       donate_argnums=(1,),
       out_shardings=None if mesh is None else (state_out, output_out, carry_out),
     )
@@ -391,6 +401,16 @@ class Sampler:
       return zeros()
     self._check_batch(batch)
     return jax.jit(zeros, out_shardings=self._state_shardings())()
+
+  def attend_bound(self, needed: int) -> int:
+    """The static attention bound for work that fills slots below `needed`: the next power
+    of two (at least `MIN_ATTEND`), at most the cache size. Attention then reads only
+    that much of the cache, so a large `cache_size` costs memory, not time, and there are
+    at most log2(cache_size / MIN_ATTEND) + 1 bounds to compile for."""
+    bound = MIN_ATTEND
+    while bound < needed:
+      bound *= 2
+    return min(bound, self.cache_size)
 
   def _check_batch(self, batch: int) -> None:
     axes, size = sharding_lib.batch_axes(self._mesh, self._rules)
@@ -426,15 +446,17 @@ class Sampler:
           f"row {i}: {len(s)} new tokens exceed the {room[i]} free cache slots "
           f"(cache_size={self.cache_size})"
         )
+    lengths = self.cache_size - room
+    attend = self.attend_bound(max(int(n) + len(s) for n, s in zip(lengths, seqs, strict=True)))
     size, rows = self._sub_batch(np.flatnonzero([len(x) > 0 for x in seqs]), len(seqs))
     if size is None:
       tokens, counts = self._pad(seqs)
-      return self._chunk(params, state, tokens, counts)
+      return self._chunk(params, state, tokens, counts, attend)
     # With decode_chunk, only the rows that receive tokens run (in a smaller batch).
     batch = len(seqs)
     part = self._take(state, self._shard(np.where(rows < batch, rows, rows[0])))
     tokens, counts = self._pad([seqs[r] if r < batch else [] for r in rows])
-    part = self._chunk(params, part, tokens, counts)
+    part = self._chunk(params, part, tokens, counts, attend)
     return self._put(state, part, self._shard(rows))
 
   def _sub_batch(self, live: np.ndarray, batch: int):
@@ -474,12 +496,18 @@ class Sampler:
     if active is None:
       active = np.ones((batch,), bool)
     active = np.asarray(active, bool)
+    # Every generating row ends within its length + max_new_tokens slots.
+    lengths = np.asarray(jax.device_get(state.lengths))
+    longest = int(lengths[active].max()) if active.any() else 0
+    attend = self.attend_bound(longest + sampling.max_new_tokens)
     if self.decode_chunk and sampling.max_new_tokens > self.decode_chunk:
-      state, out = self._generate_compacting(params, state, key, sampling, active, stop_strings)
+      state, out = self._generate_compacting(
+        params, state, key, sampling, active, stop_strings, attend
+      )
     else:
       if self._mesh is not None:
         active = sharding_lib.shard_batch(active, self._mesh, self._rules)
-      state, out, _ = self._decode(params, state, key, sampling, self.pad_id, active)
+      state, out, _ = self._decode(params, state, key, sampling, self.pad_id, active, None, attend)
     if stop_strings is not None and stop_strings.strings:
       state, out = self._cut_at_stop_strings(params, state, out, stop_strings)
     return state, out
@@ -507,7 +535,7 @@ class Sampler:
     mask = np.arange(tokens.shape[1])[None, :] < counts[:, None]
     return state, SampleOutput(tokens, logps, mask, counts, reasons)
 
-  def _generate_compacting(self, params, state, key, sampling, active, stop=None):
+  def _generate_compacting(self, params, state, key, sampling, active, stop=None, attend=None):
     """`generate` in chunks of `decode_chunk` tokens, dropping finished rows between them."""
     batch, n = state.lengths.shape[0], sampling.max_new_tokens
     tokens = np.full((batch, n), self.pad_id, np.int32)
@@ -537,7 +565,7 @@ class Sampler:
     while step < n:
       chunk = dataclasses.replace(sampling, max_new_tokens=min(self.decode_chunk, n - step))
       flags = first if carry is None else carry.done  # ignored once a carry exists
-      part, out, carry = self._decode(params, part, key, chunk, self.pad_id, flags, carry)
+      part, out, carry = self._decode(params, part, key, chunk, self.pad_id, flags, carry, attend)
       got, lp, cnt, why, done = jax.device_get(
         (out.tokens, out.logprobs, out.num_tokens, out.finish_reason, carry.done)
       )

@@ -271,8 +271,9 @@ class Attention(nnx.Module):
       y = y + getattr(self, bias_name)[...].astype(dt)
     return y
 
-  def __call__(self, x, positions, inv_freq, cache: LayerCache | None, write_index):
-    """x `[B, T, D]`; positions `[B, T]`; write_index `[B]` (cache slot of token 0)."""
+  def __call__(self, x, positions, inv_freq, cache: LayerCache | None, write_index, attend=None):
+    """x `[B, T, D]`; positions `[B, T]`; write_index `[B]` (cache slot of token 0);
+    attend: with a cache, attend over its first `attend` slots only (static; None: all)."""
     c = self.config
     b, t, _ = x.shape
     q = apply_rope(self._project(x, self.q_proj, "q_bias"), positions, inv_freq)
@@ -302,6 +303,11 @@ class Attention(nnx.Module):
       keys = cache.k.at[rows, :, slots].set(k.astype(cache.k.dtype), mode="drop")
       values = cache.v.at[rows, :, slots].set(v.astype(cache.v.dtype), mode="drop")
       new_cache = LayerCache(keys, values)
+      if attend is not None and attend < keys.shape[2]:
+        # Only the filled part of the cache is read (a static slice: the cost of a decode
+        # step follows the conversation, not the cache size). The caller guarantees that
+        # every real query's slot is below `attend`.
+        keys, values = keys[:, :, :attend], values[:, :, :attend]
       # Every slot below a query's own position holds a real token of that row.
       mask = jnp.arange(keys.shape[2])[None, None, :] <= slots[:, :, None]  # [B, T, S]
       out = _attend(q, keys, values, mask, c)
@@ -361,8 +367,8 @@ class Block(nnx.Module):
     self.post_attn_norm = RMSNorm(config.embed_dim, config.norm_eps, pd, rngs=rngs)
     self.mlp = MLP(config, rngs=rngs)
 
-  def __call__(self, x, positions, inv_freq, cache, write_index):
-    h, cache = self.attn(self.input_norm(x), positions, inv_freq, cache, write_index)
+  def __call__(self, x, positions, inv_freq, cache, write_index, attend=None):
+    h, cache = self.attn(self.input_norm(x), positions, inv_freq, cache, write_index, attend)
     x = x + h
     x = x + self.mlp(self.post_attn_norm(x))
     return x, cache
@@ -370,6 +376,11 @@ class Block(nnx.Module):
 
 def _block_no_cache(block: Block, x, positions, inv_freq):
   return block(x, positions, inv_freq, None, None)[0]
+
+
+def head_logits(hidden: jax.Array, head: jax.Array) -> jax.Array:
+  """float32 logits `[..., V]` of hidden states `[..., D]` through `head [D, V]`."""
+  return _dense(hidden.astype(head.dtype), head).astype(jnp.float32)
 
 
 class Transformer(nnx.Module):
@@ -390,6 +401,7 @@ class Transformer(nnx.Module):
     positions: jax.Array | None = None,
     cache: KVCache | None = None,
     write_index: jax.Array | None = None,
+    attend: int | None = None,
   ):
     """Final-norm hidden states `[B, T, D]` and the updated cache (or None).
 
@@ -399,6 +411,8 @@ class Transformer(nnx.Module):
         `write_index + arange(T)` when a cache is given.
       cache: a `KVCache` to attend over and write into, or None (plain causal).
       write_index: int32 `[B]`, the cache slot of each row's first token.
+      attend: with a cache, a static bound on the slots attention reads: every real
+        token's slot (write_index + its offset) must be below it (None: the whole cache).
     """
     b, t = tokens.shape
     if cache is not None and write_index is None:
@@ -417,20 +431,23 @@ class Transformer(nnx.Module):
         )
         continue
       x, layer_cache = layer(
-        x, positions, inv_freq, None if cache is None else cache[i], write_index
+        x, positions, inv_freq, None if cache is None else cache[i], write_index, attend
       )
       new_cache.append(layer_cache)
     x = self.final_norm(x)
     return x, (tuple(new_cache) if cache is not None else None)
 
-  def logits(self, hidden: jax.Array) -> jax.Array:
-    """float32 logits `[..., V]` from hidden states `[..., D]`."""
+  def head(self) -> jax.Array:
+    """The output projection `[D, V]` in the compute dtype (the embedding's transpose
+    when tied)."""
     dt = self.config.compute_dtype
     if self.config.tie_embeddings:
-      head = self.embed[...].astype(dt).T
-    else:
-      head = self.lm_head[...].astype(dt)
-    return _dense(hidden.astype(dt), head).astype(jnp.float32)
+      return self.embed[...].astype(dt).T
+    return self.lm_head[...].astype(dt)
+
+  def logits(self, hidden: jax.Array) -> jax.Array:
+    """float32 logits `[..., V]` from hidden states `[..., D]`."""
+    return head_logits(hidden, self.head())
 
   def __call__(
     self,
