@@ -10,7 +10,7 @@ import pytest
 
 from configs import gagar as gagar_config
 from configs import sft as sft_config
-from gagar_jax import policy_io, workdir
+from gagar_jax import configlib, policy_io, workdir
 from gagar_jax.errors import ConfigError, InputError, UsageError
 from gagar_jax.grading import lm_grader
 from tests.conftest import REPO
@@ -21,14 +21,7 @@ GRADER = os.path.join(REPO, "assets", "lm_grader")
 
 
 def _config(**changes):
-  config = gagar_config.get_config("runlocal=True")
-  for key, value in changes.items():
-    node = config
-    *parents, leaf = key.split(".")
-    for name in parents:
-      node = node[name]
-    node[leaf] = value
-  return config
+  return configlib.set_dotted(gagar_config.get_config("runlocal=True"), changes)
 
 
 def test_a_workdir_keeps_its_experiment(tmp_path):
