@@ -89,8 +89,9 @@ def is_safe(field: str) -> bool:
 
 def _launcher_file(name: str) -> bool:
   """What a launcher may put in a workdir before the run starts (the sweep's log and its
-  inputs digest): the folder is still the run's to claim."""
-  return name.endswith(".log") or name == "sweep_inputs.json"
+  inputs digest), or a write of ours cut short (`*.tmp<pid>`): the folder is still the
+  run's to claim."""
+  return name.endswith(".log") or name == "sweep_inputs.json" or ".tmp" in name
 
 
 def _kind_of_legacy(saved: dict) -> str | None:
@@ -120,7 +121,9 @@ def claim(path: str, kind: str, config, *, log=print) -> dict[str, tuple]:
   new = config_json(config)
   marker, saved_path = os.path.join(path, MARKER), os.path.join(path, CONFIG)
   saved = read_json(saved_path) if os.path.exists(saved_path) else None  # an object
-  if os.path.exists(marker):
+  if jax.process_index() != 0:
+    owner = kind  # process 0 judges (and may be writing the folder right now)
+  elif os.path.exists(marker):
     owner = read_json(marker).get("kind")
   elif saved is not None:
     owner = _kind_of_legacy(saved)

@@ -167,3 +167,21 @@ def test_config_differences_and_safe_fields():
   }
   assert workdir.is_safe("eval.tasks") and not workdir.is_safe("learner.optim.learning_rate")
   assert workdir.config_json(config) == {"a": 1}
+
+
+def test_claims_race_free_across_processes(tmp_path, monkeypatch):
+  # Regression: process 1 of a 2-process run saw process 0 mid-write (only a
+  # `workdir.json.tmp<pid>` in the folder) and refused it as "not a run's workdir".
+  path = tmp_path / "run"
+  path.mkdir()
+  (path / "workdir.json.tmp123").write_text("{")
+  assert workdir.claim(str(path), "rl", _config()) == {}  # a write cut short is ours
+  (path / "notes.txt").write_text("mine")
+  monkeypatch.setattr(workdir.jax, "process_index", lambda: 1)
+  other = tmp_path / "other"
+  other.mkdir()
+  (other / "notes.txt").write_text("mine")
+  assert workdir.claim(str(other), "rl", _config()) == {}  # process 0 judges, 1 writes nothing
+  assert sorted(os.listdir(other)) == ["notes.txt"]
+  # Process 1's config differs from process 0's only in distributed.*: taken.
+  assert workdir.claim(str(path), "rl", _config(**{"distributed.process_id": 1})) == {}
