@@ -25,7 +25,6 @@ import jax
 
 from gagar_jax import files
 from gagar_jax.errors import ConfigError
-from gagar_jax.files import read_json, write_atomic, write_json_atomic
 
 MARKER = "workdir.json"
 CONFIG = "config.json"
@@ -120,11 +119,11 @@ def claim(path: str, kind: str, config, *, log=print) -> dict[str, tuple]:
     raise ConfigError("workdir", f"{path} is a file, not a folder")
   new = config_json(config)
   marker, saved_path = os.path.join(path, MARKER), os.path.join(path, CONFIG)
-  saved = read_json(saved_path) if os.path.exists(saved_path) else None  # an object
+  saved = files.read_json(saved_path) if os.path.exists(saved_path) else None  # an object
   if jax.process_index() != 0:
     owner = kind  # process 0 judges (and may be writing the folder right now)
   elif os.path.exists(marker):
-    owner = read_json(marker).get("kind")
+    owner = files.read_json(marker).get("kind")
   elif saved is not None:
     owner = _kind_of_legacy(saved)
   elif os.path.isdir(path) and [n for n in os.listdir(path) if not _launcher_file(n)]:
@@ -157,15 +156,15 @@ def claim(path: str, kind: str, config, *, log=print) -> dict[str, tuple]:
     return changed
   files.writable_folder(path, "workdir")
   if not os.path.exists(marker):
-    write_json_atomic(marker, {"kind": kind, "created": time.time()})
+    files.write_json_atomic(marker, {"kind": kind, "created": time.time()})
   if changed:
     with open(os.path.join(path, CHANGES), "a") as f:
       record = {"time": time.time(), "changed": {k: list(v) for k, v in changed.items()}}
       f.write(json.dumps(record) + "\n")
   if hasattr(config, "to_json_best_effort"):
-    write_atomic(saved_path, config.to_json_best_effort(indent=2))
+    files.write_atomic(saved_path, config.to_json_best_effort(indent=2))
   else:
-    write_json_atomic(saved_path, new)
+    files.write_json_atomic(saved_path, new)
   return changed
 
 
