@@ -10,12 +10,17 @@ The Qwen2.5-Coder shapes match the published `config.json`s, so
 from __future__ import annotations
 
 import ml_collections
+from ml_collections import config_dict
 
+# scan_layers: the real shapes (SmolLM2, Qwen) run their layers as a `lax.scan` (compile time
+# flat in depth); the CPU presets leave it None (a bool placeholder, so
+# `--config.model.scan_layers=True` parses), which scans from 8 layers on and loops below
+# (nano, tiny and small loop; see `gagar_jax.models.transformer.SCAN_FROM_LAYERS`).
 _COMMON = dict(rope_scaling=None, dtype="float32", param_dtype="float32", remat="none")
 # The Qwen2.5-Coder presets compute in bfloat16 with float32 parameters (mixed precision:
 # the optimizer updates float32 weights); `<preset>-bf16` keeps the parameters (and so the
 # optimizer state and gradients) in bfloat16 too, for half the memory.
-_QWEN = dict(dtype="bfloat16", param_dtype="float32", remat="block")
+_QWEN = dict(dtype="bfloat16", param_dtype="float32", remat="block", scan_layers=True)
 
 PRESETS = {
   # Unit tests: compiles in a second or two.
@@ -77,6 +82,7 @@ PRESETS = {
     qkv_bias=False,
     tie_embeddings=True,
     max_seq_len=8192,
+    scan_layers=True,
   ),
   "qwen2.5-coder-0.5b": dict(
     vocab_size=151936,
@@ -137,4 +143,6 @@ def get_config(arg: str | None = "tiny") -> ml_collections.ConfigDict:
   d = {**_COMMON, **(_QWEN if base.startswith("qwen") else {}), **PRESETS[base]}
   if bf16:
     d["param_dtype"] = "bfloat16"
+  if d.get("scan_layers") is None:
+    d["scan_layers"] = config_dict.placeholder(bool)
   return ml_collections.ConfigDict(d)

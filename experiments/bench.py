@@ -11,6 +11,8 @@ Tunix-matched toy GRPO loop and the `make run` RL step by phase.
     python experiments/bench.py --sections=rl_step --rl_steps=6
     python experiments/bench.py --sections=checkpoint   # async vs sync orbax saves
     python experiments/bench.py --sections=real_sampler --repeats=3  # SmolLM2-135M shape
+    python experiments/bench.py --sections=real_sampler --peer_python=/tmp/peer_venv/bin/python
+    python experiments/bench.py --sections=compile_depth   # train-step compile time vs depth
 
 Every figure is the median of `--repeats` timed runs after a compile/warm-up
 run, measured in this process. MFU divides the model FLOP rate of the
@@ -22,6 +24,11 @@ shared machine even when absolute numbers move.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import tempfile
+import time
+import types
 
 import bench_grpo_matched as grpo_matched_lib
 import bench_rl_step as rl_step_lib
@@ -31,15 +38,16 @@ import jax.numpy as jnp
 import numpy as np
 from absl import flags
 from flax import nnx
+from safetensors.numpy import save_file
 from timing import median_time
 
 from configs import model_sizes
-from gagar_jax import advantages, cli, sharding
+from gagar_jax import advantages, cli, planner, sharding
 from gagar_jax.learner.config import LearnerConfig
 from gagar_jax.learner.learner import Learner
 from gagar_jax.learner.step import Batch
+from gagar_jax.models import hf_export, hf_import, transformer
 from gagar_jax.models import sampler as sampler_lib
-from gagar_jax.models import transformer
 
 _SIZE = flags.DEFINE_string("size", "tiny", "Model preset from configs/model_sizes.py.")
 _DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Compute dtype.")
@@ -60,6 +68,13 @@ _SANDBOX_WORKERS = flags.DEFINE_integer("sandbox_workers", 2, "Sandbox pool size
 _POLICY = flags.DEFINE_string("policy", "assets/pre_rl", "Policy folder for the grading bench.")
 _REAL_SIZE = flags.DEFINE_string("real_size", "smollm2-135m", "Preset of the real_sampler section.")
 _REAL_CACHES = flags.DEFINE_list("real_caches", ["512", "8192"], "Cache sizes it compares.")
+_PEER_PYTHON = flags.DEFINE_string(
+  "peer_python", "", "real_sampler: a throwaway venv's python with torch + transformers."
+)
+_DEPTH_SIZE = flags.DEFINE_string("depth_size", "qwen2.5-coder-0.5b", "compile_depth: preset.")
+_DEPTH_LAYERS = flags.DEFINE_list("depth_layers", ["6", "12", "24", "48"], "compile_depth: L.")
+_DEPTH_LOOP = flags.DEFINE_bool("depth_loop", True, "compile_depth: also time the Python loop.")
+_PEER_ROUNDS = flags.DEFINE_integer("peer_rounds", 3, "real_sampler: alternating peer rounds.")
 _LEARNER_SIZES = flags.DEFINE_list("learner_sizes", ["tiny", "small"], "Presets for the step.")
 _GROUPS = flags.DEFINE_integer("groups", 4, "Learner step: groups per batch (N).")
 _GROUP_SIZE = flags.DEFINE_integer("group_size", 8, "Learner step: trajectories per group (G).")
@@ -129,7 +144,11 @@ def bench_sampler(config, graphdef, params, rows, repeats, rng):
 def bench_real_sampler(rows, repeats):
   """The sampler at a real shape (`--real_size`, random weights): 8 chat-length prompts
   (36-50 tokens), 128 greedy tokens each, with each `--real_caches` cache size. Attention
-  reads only the filled part of the cache, so the rates should not depend on its size."""
+  reads only the filled part of the cache, so the rates should not depend on its size.
+
+  With `--peer_python` (a throwaway venv's python holding torch and transformers), the
+  same weights and prompts also go through `transformers`' `generate`
+  (`peer_transformers.py`), alternating with the project's runs `--peer_rounds` times."""
   config = transformer.ModelConfig.from_dict(model_sizes.get_config(_REAL_SIZE.value))
   graphdef, params = nnx.split(transformer.create(config, seed=0))
   rng = np.random.default_rng(0)
@@ -137,7 +156,7 @@ def bench_real_sampler(rows, repeats):
   n = 128
   greedy = sampler_lib.SamplingParams(max_new_tokens=n, temperature=0.0)
   shape = f"{_REAL_SIZE.value} B=8 prompt 36-50 new={n}"
-  tokens, rates = {}, {}
+  runs, tokens, rates = {}, {}, {}
   for cache in (int(c) for c in _REAL_CACHES.value):
     sampler = sampler_lib.Sampler(config, graphdef, cache_size=cache, pad_id=0)
 
@@ -145,20 +164,93 @@ def bench_real_sampler(rows, repeats):
       state = sampler.prefill(params, prompts)
       return sampler.generate(params, state, jax.random.key(0), greedy)[1].tokens
 
+    runs[cache] = run
     tokens[cache] = np.asarray(run())  # compiles
-    rates[cache] = len(prompts) * n / median_time(run, repeats)
-    print(f"  real-shape sampler, cache {cache}: {rates[cache]:.1f} tok/s", flush=True)
+    rates[cache] = [len(prompts) * n / median_time(run, repeats)]
+  peer = _peer_setup(config, params, prompts) if _PEER_PYTHON.value else None
+  peer_rates, peer_tokens = [], None
+  for _ in range(_PEER_ROUNDS.value if peer else 0):
+    result = _peer_run(peer, n)
+    peer_rates.append(result["tok_s"])
+    peer_tokens = np.asarray(result["tokens"])
+    print(f"  transformers {result['torch']}: {result['tok_s']:.1f} tok/s", flush=True)
+    for cache, run in runs.items():
+      rates[cache].append(len(prompts) * n / median_time(run, repeats))
+  rates = {cache: float(np.median(r)) for cache, r in rates.items()}
+  for cache, rate in rates.items():
+    print(f"  real-shape sampler, cache {cache}: {rate:.1f} tok/s", flush=True)
   first = min(rates)
   for cache, rate in rates.items():
     same = np.array_equal(tokens[cache], tokens[first])
+    note = f"{rates[first] / rate:.2f}x the time of cache {first}; greedy tokens equal: {same}"
+    if peer_rates:
+      note += f"; {rate / float(np.median(peer_rates)):.2f}x transformers"
+    rows.append((f"sample, real shape, cache {cache}", shape, f"{rate:,.1f} tok/s", note))
+  if peer_rates:
+    same = peer_tokens is not None and np.array_equal(peer_tokens, tokens[first])
     rows.append(
       (
-        f"sample, real shape, cache {cache}",
-        shape,
-        f"{rate:,.1f} tok/s",
-        f"{rates[first] / rate:.2f}x the time of cache {first}; greedy tokens equal: {same}",
+        "sample, real shape, transformers",
+        shape + " (torch, 2 threads, left-padded)",
+        f"{float(np.median(peer_rates)):,.1f} tok/s",
+        f"median of {len(peer_rates)} alternating runs; greedy tokens equal: {same}",
       )
     )
+
+
+def bench_compile_depth(rows):
+  """Seconds to build and compile the learner's train step (abstract inputs, as
+  `plan.py --compiled`) at `--depth_size`'s shape with each `--depth_layers` depth, its
+  layers scanned and (`--depth_loop`) as a Python loop. No persistent compilation cache."""
+  jax.config.update("jax_enable_compilation_cache", False)
+  base = dict(model_sizes.get_config(_DEPTH_SIZE.value))
+  work = planner.Workload(num_groups=1, group_size=2, seq_len=512)
+  learner_config = LearnerConfig.from_dict({"micro_batches": 1})
+  modes = {"scan": True, **({"loop": False} if _DEPTH_LOOP.value else {})}
+  times = {}
+  for mode, scan in modes.items():
+    for layers in (int(n) for n in _DEPTH_LAYERS.value):
+      config = transformer.ModelConfig.from_dict(
+        {**base, "num_layers": layers, "scan_layers": scan}
+      )
+      start = time.perf_counter()
+      planner.compiled(config, sharding.MeshConfig(data=1), work, None, learner_config)
+      times[mode, layers] = time.perf_counter() - start
+      print(f"  compile, {mode}, {layers} layers: {times[mode, layers]:.1f} s", flush=True)
+  for (mode, layers), seconds in times.items():
+    shallow = times[mode, min(n for m, n in times if m == mode)]
+    rows.append(
+      (
+        f"compile train step, {mode}",
+        f"{_DEPTH_SIZE.value} L={layers}, 1 x 2 x 512",
+        f"{seconds:.1f} s",
+        f"{seconds / shallow:.2f}x the shallowest",
+      )
+    )
+  jax.config.update("jax_enable_compilation_cache", True)
+
+
+def _peer_setup(config, params, prompts) -> dict:
+  """An HF folder of `params` and a prompts file for `peer_transformers.py`."""
+  folder = tempfile.mkdtemp(prefix="gagar_peer_")
+  hf = hf_export.hf_config(config, types.SimpleNamespace(eos_id=None, pad_id=0))
+  with open(os.path.join(folder, "config.json"), "w") as f:
+    json.dump(hf, f)
+  save_file(hf_import.to_hf_tensors(config, params), os.path.join(folder, "model.safetensors"))
+  with open(os.path.join(folder, "prompts.json"), "w") as f:
+    json.dump(prompts, f)
+  return {"folder": folder}
+
+
+def _peer_run(peer: dict, new_tokens: int) -> dict:
+  script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peer_transformers.py")
+  folder = peer["folder"]
+  cmd = [_PEER_PYTHON.value, script, f"--hf_dir={folder}", f"--new_tokens={new_tokens}"]
+  cmd += [f"--prompts={os.path.join(folder, 'prompts.json')}", f"--repeats={_REPEATS.value}"]
+  proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+  if proc.returncode:
+    raise RuntimeError(f"peer_transformers.py failed: {proc.stderr[-2000:]}")
+  return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def bench_model(config, graphdef, params, rows, repeats, rng, peak):
@@ -495,6 +587,8 @@ def main(argv):
     bench_sampler(config, graphdef, params, rows, repeats, rng)
   if "real_sampler" in sections:
     bench_real_sampler(rows, repeats)
+  if "compile_depth" in sections:
+    bench_compile_depth(rows)
   if "model" in sections:
     bench_model(config, graphdef, params, rows, repeats, rng, peak)
   if "learner" in sections:

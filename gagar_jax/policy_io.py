@@ -31,9 +31,10 @@ from gagar_jax.models import chat_template, hf_import, tokenizers, transformer
 
 SHAPE_FIELDS = ("embed_dim", "num_layers", "num_heads", "num_kv_heads", "head_dim", "mlp_dim")
 # What a config may change on an HF checkpoint (numerics and a shorter context).
-SAFE_OVERRIDES = ("dtype", "param_dtype", "max_seq_len", "remat")
-# How the experiment runs the model, not what the weights are: always the config's.
-RUNTIME_FIELDS = ("remat",)
+SAFE_OVERRIDES = ("dtype", "param_dtype", "max_seq_len", "remat", "scan_layers")
+# How the experiment runs the model, not what the weights are: the config's, where it
+# sets one (scan_layers None leaves the checkpoint's: an HF checkpoint scans).
+RUNTIME_FIELDS = ("remat", "scan_layers")
 
 
 @dataclasses.dataclass
@@ -90,7 +91,8 @@ def _hf_model_config(path: str, overrides, preset, field) -> transformer.ModelCo
   fields = {f: getattr(saved, f) for f in saved.__dataclass_fields__}
   for field, value in dict(overrides or {}).items():
     if field in RUNTIME_FIELDS:
-      fields[field] = value
+      if value is not None:
+        fields[field] = value
       continue
     if field not in fields or (preset is not None and preset.get(field) == value):
       continue
@@ -152,7 +154,9 @@ def open_policy(
           f"model.{key}",
           f"{model_overrides[key]} does not match the warm start in {path} ({saved[key]})",
         )
-    runtime = {k: model_overrides[k] for k in RUNTIME_FIELDS if k in (model_overrides or {})}
+    runtime = {
+      k: model_overrides[k] for k in RUNTIME_FIELDS if (model_overrides or {}).get(k) is not None
+    }
     try:
       model_config = transformer.ModelConfig.from_dict({**saved, **runtime})
     except ConfigError as e:
@@ -190,7 +194,11 @@ def load_weights(policy: Policy, *, mesh=None, rules=None) -> nnx.State:
     return hf_import.load_params(policy.path, policy.model_config, mesh=mesh, rules=rules)
   _, abstract = transformer.abstract(policy.model_config)
   file = os.path.join(policy.path, "params.safetensors")
-  arrays = files.read_safetensors(file)
+  # Folders written before the blocks were stacked name each layer's tensors apart.
+  try:
+    arrays = transformer.stack_legacy_layers(files.read_safetensors(file))
+  except ValueError as e:
+    raise InputError(file, str(e)) from None
   flat = []
   for k, var in nnx.to_flat_state(abstract):
     name = "/".join(map(str, k))

@@ -31,7 +31,8 @@ MESH_AXES = ("data", "fsdp", "tensor")
 
 # The logical axis names parameters carry (`logical_axes` metadata, see
 # models/transformer.py); `batch` is the batch axis of activations and rollouts.
-LOGICAL_AXES = ("vocab", "embed", "heads", "kv_heads", "head_dim", "mlp", "norm")
+# `layers` is the stacking axis of the blocks' parameters (and of the KV cache).
+LOGICAL_AXES = ("vocab", "embed", "heads", "kv_heads", "head_dim", "mlp", "norm", "layers")
 
 # Logical axis -> mesh axis (or axes, or None). FSDP shards the embedding dimension
 # of every weight; tensor parallelism shards heads, MLP width and the vocabulary.
@@ -44,6 +45,7 @@ DEFAULT_RULES: tuple[tuple[str, Any], ...] = (
   ("head_dim", None),
   ("mlp", "tensor"),
   ("norm", None),
+  ("layers", None),
 )
 
 

@@ -43,8 +43,8 @@ def test_configs_are_mapped():
 def test_sharded_load_matches(devices8):
   mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
   model = hf_import.load(os.path.join(DATA, "qwen2"), mesh=mesh)
-  q = model.layers[0].attn.q_proj.get_value()
-  assert q.sharding.spec == sharding.logical_to_spec(("embed", "heads", "head_dim"), None)
+  q = model.layers.attn.q_proj.get_value()
+  assert q.sharding.spec == sharding.logical_to_spec(("layers", "embed", "heads", "head_dim"), None)
   ref = np.load(os.path.join(DATA, "qwen2", "reference.npz"))
   np.testing.assert_allclose(model(jnp.asarray(ref["tokens"])), ref["logits"], atol=1e-4)
 

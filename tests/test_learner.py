@@ -228,9 +228,9 @@ def test_sharded_step_equals_single_device(devices8, mesh1):
       lambda b, learner=learner: step_lib.compute_advantages(b, learner.config.advantage)
     )(device_batch)
     state, metrics = learner.step(state, device_batch)
-    q = state.params["layers"][0]["attn"]["q_proj"].get_value()
+    q = state.params["layers"]["attn"]["q_proj"].get_value()
     out[name] = (_params(state), metrics, np.asarray(advantages), q.sharding)
-  assert out["sharded"][3].spec == jax.sharding.PartitionSpec("fsdp", "tensor", None)
+  assert out["sharded"][3].spec == jax.sharding.PartitionSpec(None, "fsdp", "tensor", None)
   for a, b in zip(out["sharded"][0], out["single"][0], strict=True):
     helpers.assert_params_close(a, b)
   np.testing.assert_allclose(out["sharded"][2], out["single"][2], atol=1e-6)

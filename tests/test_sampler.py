@@ -252,8 +252,8 @@ def test_sharded_sampler_equals_single_device(devices8, nano_config):
   sharded = sampler_lib.Sampler(nano_config, graphdef, cache_size=64, pad_id=0, mesh=mesh)
   sampling = sampler_lib.SamplingParams(max_new_tokens=12, temperature=0.0)
   state, out = _generate(sharded, params, PROMPTS, jax.random.key(0), sampling)
-  assert state.cache[0].k.sharding.spec == sharding.logical_to_spec(
-    ("batch", "kv_heads", None, "head_dim"), None
+  assert state.cache.k.sharding.spec == sharding.logical_to_spec(
+    ("batch", "layers", "kv_heads", None, "head_dim"), None
   )
   state = sharded.append(params, state, [[1, 2]] * 4)
   state, out2 = sharded.generate(params, state, jax.random.key(1), sampling)
@@ -296,8 +296,8 @@ def test_sharded_compacting_decode_equals_single_device(devices8, nano_config):
   np.testing.assert_array_equal(out.tokens, want.tokens)
   np.testing.assert_array_equal(out.finish_reason, want.finish_reason)
   np.testing.assert_array_equal(state.lengths, ref_state.lengths)
-  assert state.cache[0].k.sharding.spec == sharding.logical_to_spec(
-    ("batch", "kv_heads", None, "head_dim"), None
+  assert state.cache.k.sharding.spec == sharding.logical_to_spec(
+    ("batch", "layers", "kv_heads", None, "head_dim"), None
   )
 
 

@@ -73,9 +73,9 @@ def test_sharded_forward_equals_single_device(devices8, nano_config):
   # Parameters over fsdp x tensor, the batch over data: same logits as one device.
   mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
   graphdef, params = transformer.init_sharded(nano_config, mesh, seed=4)
-  q = params["layers"][0]["attn"]["q_proj"].get_value()
-  assert q.sharding.spec == P("fsdp", "tensor", None)
-  assert len(q.addressable_shards) == 8 and q.addressable_shards[0].data.shape == (16, 2, 8)
+  q = params["layers"]["attn"]["q_proj"].get_value()
+  assert q.sharding.spec == P(None, "fsdp", "tensor", None)
+  assert len(q.addressable_shards) == 8 and q.addressable_shards[0].data.shape == (2, 16, 2, 8)
 
   tokens = np.random.default_rng(0).integers(0, nano_config.vocab_size, (4, 16), np.int32)
   batch = sharding.shard_batch(tokens, mesh)

@@ -99,7 +99,11 @@ def test_untied_model_has_lm_head(nano_config):
   cfg = dataclasses.replace(nano_config, tie_embeddings=False, qkv_bias=True)
   state = nnx.state(transformer.create(cfg))
   assert state["lm_head"].get_value().shape == (cfg.embed_dim, cfg.vocab_size)
-  assert state["layers"][0]["attn"]["q_bias"].get_value().shape == (cfg.num_heads, cfg.head_dim)
+  assert state["layers"]["attn"]["q_bias"].get_value().shape == (
+    cfg.num_layers,
+    cfg.num_heads,
+    cfg.head_dim,
+  )
   assert sum(x.size for x in jax.tree.leaves(state)) == cfg.num_params()
 
 

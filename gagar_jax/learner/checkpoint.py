@@ -6,6 +6,10 @@ next step may then donate them) and orbax writes the files in a background threa
 while training goes on; `wait()` / `close()` / a forced save wait for it to finish.
 On several processes every process calls `save` (each writes its own shards).
 
+Checkpoints written before the blocks' parameters were stacked on a layer axis
+(`params/layers/<i>/...`) still restore: they are read as saved, stacked, and laid out
+like today's state (`_restore_legacy`).
+
 Atomicity comes from orbax's commit protocol: a step is written into a
 temporary directory and renamed into place only once complete, so a crash
 mid-save leaves at worst a temporary directory that `latest_step()` ignores and
@@ -24,10 +28,12 @@ import warnings
 from typing import Any
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 
 from gagar_jax.configlib import check
 from gagar_jax.errors import InputError
+from gagar_jax.models import transformer
 
 
 def _reason(e: Exception) -> str:
@@ -62,6 +68,21 @@ def _quiet_late_callbacks() -> None:
 
   hook._gagar_quiet = True
   sys.unraisablehook = hook
+
+
+def _path_name(path) -> str:
+  """`params/layers/attn/q_proj/value`: a pytree key path as the names orbax saves."""
+  parts = []
+  for k in path:
+    for attr in ("key", "idx", "name"):
+      if hasattr(k, attr):
+        parts.append(str(getattr(k, attr)))
+        break
+  return "/".join(parts)
+
+
+def _flat_names(tree) -> dict[str, Any]:
+  return {_path_name(p): v for p, v in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
 class Checkpointer:
@@ -139,6 +160,12 @@ class Checkpointer:
     step = self.latest_step() if step is None else step
     if step is None:
       raise FileNotFoundError(f"no checkpoint in {self.directory}")
+    if self._is_legacy(step, "state"):
+      state = self._restore_legacy(step, "state", self._target)
+      metadata = self._manager.restore(
+        step, args=ocp.args.Composite(metadata=ocp.args.JsonRestore())
+      )["metadata"]
+      return state, dict(metadata or {})
     restored = self._manager.restore(
       step,
       args=ocp.args.Composite(
@@ -156,10 +183,34 @@ class Checkpointer:
       return None
     if not os.path.isdir(os.path.join(self.directory, str(step), "reference")):
       return None
+    if self._is_legacy(step, "reference"):
+      return self._restore_legacy(step, "reference", self._target.params)
     restored = self._manager.restore(
       step, args=ocp.args.Composite(reference=ocp.args.StandardRestore(self._target.params))
     )
     return restored["reference"]
+
+  def _is_legacy(self, step: int, item: str) -> bool:
+    """Whether `item` of `step` holds per-layer parameters (written before stacking)."""
+    folder = os.path.join(self.directory, str(step), item)
+    with ocp.StandardCheckpointer() as reader:
+      tree = reader.metadata(folder).item_metadata
+    return transformer.is_legacy_layout(_flat_names(getattr(tree, "tree", tree)))
+
+  def _restore_legacy(self, step: int, item: str, target):
+    """`item` read as saved, its per-layer arrays stacked, laid out like `target`."""
+    raw = self._manager.restore(step, args=ocp.args.Composite(**{item: ocp.args.StandardRestore()}))
+    flat = transformer.stack_legacy_layers(_flat_names(raw[item]))
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(target)
+    out = []
+    for path, want in leaves:
+      name = _path_name(path)
+      got = flat.get(name)
+      if got is None or tuple(got.shape) != tuple(want.shape):
+        shape = None if got is None else tuple(got.shape)
+        raise ValueError(f"{item}/{name}: saved {shape}, the model needs {tuple(want.shape)}")
+      out.append(jax.device_put(np.asarray(got).astype(want.dtype), want.sharding))
+    return jax.tree_util.tree_unflatten(treedef, out)
 
   def restore_newest(self, log=print):
     """(step, state, metadata, reference) of the newest checkpoint that restores; None if

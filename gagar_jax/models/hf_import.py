@@ -79,6 +79,7 @@ def config_from_hf(
       dtype=dtype,
       param_dtype=param_dtype,
       max_seq_len=int(hf.get("max_position_embeddings", 4096)),
+      scan_layers=True,  # real checkpoints: compile time flat in depth
     ),
     prefix="config.json",
   )
@@ -119,7 +120,12 @@ class _Weights:
 
 
 def _converters(c: transformer.ModelConfig):
-  """Our parameter path -> (HF tensor name, HF -> ours, ours -> HF)."""
+  """Our parameter path -> (HF tensor name, HF -> ours, ours -> HF).
+
+  The blocks' parameters (paths under `layers`) are stacked on a leading layer axis;
+  their HF name is a template with `{}` for the layer index, and the conversions
+  apply to one layer's tensor.
+  """
   d, h, k, hd = c.embed_dim, c.num_heads, c.num_kv_heads, c.head_dim
   same = (lambda w: w, lambda w: w)
   transpose = (lambda w: w.T, lambda w: w.T)
@@ -136,33 +142,32 @@ def _converters(c: transformer.ModelConfig):
   }
   if not c.tie_embeddings:
     table[("lm_head",)] = ("lm_head.weight", *transpose)
-  for i in range(c.num_layers):
-    p = f"model.layers.{i}."
+  p = "model.layers.{}."
+  table.update(
+    {
+      ("layers", "input_norm", "scale"): (p + "input_layernorm.weight", *same),
+      ("layers", "post_attn_norm", "scale"): (p + "post_attention_layernorm.weight", *same),
+      ("layers", "attn", "q_proj"): (p + "self_attn.q_proj.weight", *heads_in(h)),
+      ("layers", "attn", "k_proj"): (p + "self_attn.k_proj.weight", *heads_in(k)),
+      ("layers", "attn", "v_proj"): (p + "self_attn.v_proj.weight", *heads_in(k)),
+      ("layers", "attn", "o_proj"): (
+        p + "self_attn.o_proj.weight",
+        lambda w: w.T.reshape(h, hd, d),
+        lambda w: w.reshape(h * hd, d).T,
+      ),
+      ("layers", "mlp", "gate_proj"): (p + "mlp.gate_proj.weight", *transpose),
+      ("layers", "mlp", "up_proj"): (p + "mlp.up_proj.weight", *transpose),
+      ("layers", "mlp", "down_proj"): (p + "mlp.down_proj.weight", *transpose),
+    }
+  )
+  if c.qkv_bias:
     table.update(
       {
-        ("layers", i, "input_norm", "scale"): (p + "input_layernorm.weight", *same),
-        ("layers", i, "post_attn_norm", "scale"): (p + "post_attention_layernorm.weight", *same),
-        ("layers", i, "attn", "q_proj"): (p + "self_attn.q_proj.weight", *heads_in(h)),
-        ("layers", i, "attn", "k_proj"): (p + "self_attn.k_proj.weight", *heads_in(k)),
-        ("layers", i, "attn", "v_proj"): (p + "self_attn.v_proj.weight", *heads_in(k)),
-        ("layers", i, "attn", "o_proj"): (
-          p + "self_attn.o_proj.weight",
-          lambda w: w.T.reshape(h, hd, d),
-          lambda w: w.reshape(h * hd, d).T,
-        ),
-        ("layers", i, "mlp", "gate_proj"): (p + "mlp.gate_proj.weight", *transpose),
-        ("layers", i, "mlp", "up_proj"): (p + "mlp.up_proj.weight", *transpose),
-        ("layers", i, "mlp", "down_proj"): (p + "mlp.down_proj.weight", *transpose),
+        ("layers", "attn", "q_bias"): (p + "self_attn.q_proj.bias", *bias(h)),
+        ("layers", "attn", "k_bias"): (p + "self_attn.k_proj.bias", *bias(k)),
+        ("layers", "attn", "v_bias"): (p + "self_attn.v_proj.bias", *bias(k)),
       }
     )
-    if c.qkv_bias:
-      table.update(
-        {
-          ("layers", i, "attn", "q_bias"): (p + "self_attn.q_proj.bias", *bias(h)),
-          ("layers", i, "attn", "k_bias"): (p + "self_attn.k_proj.bias", *bias(k)),
-          ("layers", i, "attn", "v_bias"): (p + "self_attn.v_proj.bias", *bias(k)),
-        }
-      )
   return table
 
 
@@ -194,7 +199,11 @@ def load_params(
     if key not in table:
       raise KeyError(f"no Hugging Face tensor mapped to parameter {'/'.join(map(str, key))}")
     name, convert, _ = table[key]
-    value = convert(weights.get(name))
+    if key[0] == "layers":  # one tensor per layer, stacked
+      value = np.stack([convert(weights.get(name.format(i))) for i in range(config.num_layers)])
+      name = name.format("*")
+    else:
+      value = convert(weights.get(name))
     target = var.get_value()  # a ShapeDtypeStruct
     if value.shape != target.shape:
       raise ValueError(
@@ -223,7 +232,12 @@ def to_hf_tensors(config: transformer.ModelConfig, params) -> dict[str, np.ndarr
   out = {}
   for key, var in nnx.to_flat_state(params):
     name, _, convert = table[tuple(key)]
-    out[name] = np.ascontiguousarray(convert(np.asarray(jax.device_get(var.get_value()))))
+    value = np.asarray(jax.device_get(var.get_value()))
+    if key[0] == "layers":
+      for i, layer in enumerate(value):
+        out[name.format(i)] = np.ascontiguousarray(convert(layer))
+    else:
+      out[name] = np.ascontiguousarray(convert(value))
   return out
 
 

@@ -89,7 +89,7 @@ class SamplerState(NamedTuple):
   """A batch of conversations on device.
 
   Attributes:
-    cache: per-layer keys/values `[B, kv_heads, S, head_dim]`.
+    cache: every layer's keys/values `[B, L, kv_heads, S, head_dim]` (`transformer.KVCache`).
     lengths: int32 `[B]`, real tokens held per row.
     last_logits: float32 `[B, V]`, the next-token logits after each row's last token.
   """
@@ -235,7 +235,7 @@ def _decode(
   (state, SampleOutput, DecodeCarry)."""
   b = state.lengths.shape[0]
   n = params_s.max_new_tokens
-  cache_size = state.cache[0].k.shape[2]
+  cache_size = state.cache.k.shape[3]
   stop_table = jnp.asarray(_stop_table(params_s.stop_sequences))
   has_stop = len(params_s.stop_sequences) > 0
   width = stop_table.shape[1]
@@ -383,8 +383,8 @@ class Sampler:
     def named(*axes):
       return NamedSharding(self._mesh, sharding_lib.logical_to_spec(axes, self._rules))
 
-    kv = named("batch", "kv_heads", None, "head_dim")
-    cache = tuple(transformer.LayerCache(kv, kv) for _ in range(self._config.num_layers))
+    kv = named("batch", "layers", "kv_heads", None, "head_dim")
+    cache = transformer.KVCache(kv, kv)
     return SamplerState(cache, named("batch"), named("batch", "vocab"))
 
   def init_state(self, batch: int) -> SamplerState:

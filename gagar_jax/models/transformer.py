@@ -7,6 +7,13 @@ embeddings, float32 or bfloat16 compute.
 Every parameter carries `logical_axes` metadata (names from `LOGICAL_AXES`);
 `gagar_jax.sharding` maps them onto mesh axes with rules from the config.
 
+The blocks' parameters are stacked on a leading `layers` axis (one `Block` whose
+arrays are `[L, ...]`), and the KV cache is one `[B, L, kv_heads, S, head_dim]` pair.
+`ModelConfig.scan_layers` picks how the layers run: a `jax.lax.scan` over that axis
+(XLA compiles one block, so compile time does not grow with depth) or a Python loop
+over static slices (one program per block: what small models run fastest on CPU).
+Both run the same block function, so they compute the same thing.
+
 The same `__call__` serves training (no cache: causal attention within the
 sequence) and sampling (a `KVCache` written at per-row offsets, see
 `gagar_jax.models.sampler`). Sequences are right-padded: a row's real tokens
@@ -17,6 +24,7 @@ attention.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -41,6 +49,12 @@ REMAT_POLICIES = {
   "block": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
   "full": jax.checkpoint_policies.nothing_saveable,
 }
+
+
+# `scan_layers=None` scans from this depth on. Below it the Python loop is kept: the
+# presets there (nano 2, tiny 4, small 6 layers) compile in seconds either way, and the
+# loop lets XLA:CPU fuse across blocks (measured in results/performance.md, "real shapes").
+SCAN_FROM_LAYERS = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +82,10 @@ class ModelConfig:
   # none: keep every activation; block: keep the projections' outputs (2-D matmuls),
   # recompute attention, norms and activations; full: keep only each block's input.
   remat: str = "none"
+  # How the layers run: True, a `lax.scan` over the stacked blocks (compile time flat in
+  # depth); False, a Python loop (faster for a few small layers on CPU); None (the
+  # default), scan from SCAN_FROM_LAYERS layers on. The parameters are the same either way.
+  scan_layers: bool | None = None
 
   def __post_init__(self):
     if self.rope_scaling is not None and not isinstance(self.rope_scaling, tuple):
@@ -104,6 +122,8 @@ class ModelConfig:
       raise ConfigError("head_dim", f"must be even for rotary embeddings, got {self.head_dim}")
     if self.remat not in REMAT_POLICIES:
       raise ConfigError("remat", f"must be one of {list(REMAT_POLICIES)}, got {self.remat!r}")
+    if self.scan_layers not in (None, True, False):
+      raise ConfigError("scan_layers", f"must be true, false or None, got {self.scan_layers!r}")
     for name in ("dtype", "param_dtype"):
       if getattr(self, name) not in _DTYPES:
         raise ConfigError(name, f"must be one of {sorted(_DTYPES)}, got {getattr(self, name)!r}")
@@ -118,6 +138,13 @@ class ModelConfig:
         raise ConfigError(
           "rope_scaling", f"Llama-3 scaling needs keys {sorted(need)}, got {sorted(got)}"
         )
+
+  @property
+  def scanned(self) -> bool:
+    """Whether the layers run as a `lax.scan` (see `scan_layers`)."""
+    if self.scan_layers is None:
+      return self.num_layers >= SCAN_FROM_LAYERS
+    return self.scan_layers
 
   @property
   def compute_dtype(self):
@@ -148,29 +175,29 @@ class ModelConfig:
     return 2.0 * matmul + attn
 
 
-class LayerCache(NamedTuple):
-  """Keys and values of one layer, `[B, kv_heads, S, head_dim]` each.
+class KVCache(NamedTuple):
+  """Keys and values of every layer, `[B, L, kv_heads, S, head_dim]` each.
 
-  Slots are the second-to-last axis so that decoding attends with plain batched
-  matmuls over `(B, kv_heads)`: no per-step transpose of the whole cache.
+  Rows lead (so a sub-batch of conversations is one gather on axis 0); slots are the
+  second-to-last axis so that decoding attends with plain batched matmuls over
+  `(B, kv_heads)`: no per-step transpose of the cache. Each layer writes its slots in
+  place and reads only the filled part of its own slice (see `Attention.__call__`), so
+  a scan over the layers carries the cache without copying it.
   """
 
   k: jax.Array
   v: jax.Array
 
 
-# One `LayerCache` per layer.
-KVCache = tuple[LayerCache, ...]
+def cache_shape(config: ModelConfig, batch: int, size: int) -> tuple[int, ...]:
+  return (batch, config.num_layers, config.num_kv_heads, size, config.head_dim)
 
 
 def init_cache(config: ModelConfig, batch: int, size: int) -> KVCache:
   """An empty cache with room for `size` tokens per row."""
-  shape = (batch, config.num_kv_heads, size, config.head_dim)
-  # Distinct buffers per layer and per k/v, so the cache can be donated.
-  return tuple(
-    LayerCache(jnp.zeros(shape, config.compute_dtype), jnp.zeros(shape, config.compute_dtype))
-    for _ in range(config.num_layers)
-  )
+  shape = cache_shape(config, batch, size)
+  # Distinct buffers for k and v, so the cache can be donated.
+  return KVCache(jnp.zeros(shape, config.compute_dtype), jnp.zeros(shape, config.compute_dtype))
 
 
 def _dense(x: jax.Array, kernel: jax.Array, in_dims: int = 1) -> jax.Array:
@@ -186,7 +213,26 @@ def _dense(x: jax.Array, kernel: jax.Array, in_dims: int = 1) -> jax.Array:
   return y.reshape(*lead, *kernel.shape[in_dims:])
 
 
-def _param(rngs: nnx.Rngs, shape, axes, dtype, init="normal") -> nnx.Param:
+class _Draws:
+  """The keys `rngs.params()` would give, in the same order, with nnx's counter written
+  once at the end instead of once per draw. Under a trace (`eval_shape`, `jit`) each
+  write of that counter costs time linear in the program traced so far, so a 48-layer
+  model spent seconds in them; the parameters come out identical."""
+
+  def __init__(self, rngs: nnx.Rngs):
+    self._stream = rngs.params
+    self._key, self._start = self._stream.key[...], self._stream.count[...]
+    self._drawn = 0
+
+  def params(self) -> jax.Array:
+    self._drawn += 1
+    return jax.random.fold_in(self._key, self._start + self._drawn - 1)
+
+  def finish(self) -> None:
+    self._stream.count[...] = self._start + self._drawn
+
+
+def _param(rngs: nnx.Rngs | _Draws, shape, axes, dtype, init="normal") -> nnx.Param:
   if init == "normal":
     value = 0.02 * jax.random.normal(rngs.params(), shape, jnp.float32)
   elif init == "ones":
@@ -271,9 +317,12 @@ class Attention(nnx.Module):
       y = y + getattr(self, bias_name)[...].astype(dt)
     return y
 
-  def __call__(self, x, positions, inv_freq, cache: LayerCache | None, write_index, attend=None):
-    """x `[B, T, D]`; positions `[B, T]`; write_index `[B]` (cache slot of token 0);
-    attend: with a cache, attend over its first `attend` slots only (static; None: all)."""
+  def __call__(
+    self, x, positions, inv_freq, cache: KVCache | None, layer, write_index, attend=None
+  ):
+    """x `[B, T, D]`; positions `[B, T]`; cache: every layer's, this one is `layer` (an int
+    or a traced index); write_index `[B]` (cache slot of token 0); attend: with a cache,
+    attend over its first `attend` slots only (static; None: all)."""
     c = self.config
     b, t, _ = x.shape
     q = apply_rope(self._project(x, self.q_proj, "q_bias"), positions, inv_freq)
@@ -299,17 +348,21 @@ class Attention(nnx.Module):
       # cache end are dropped (never clamped, which would overwrite real tokens).
       slots = write_index[:, None] + jnp.arange(t)[None, :]
       rows = jnp.arange(b)[:, None]
-      # Indexing axes 0 and 2 of [B, K, S, H] takes updates shaped [B, T, K, H].
-      keys = cache.k.at[rows, :, slots].set(k.astype(cache.k.dtype), mode="drop")
-      values = cache.v.at[rows, :, slots].set(v.astype(cache.v.dtype), mode="drop")
-      new_cache = LayerCache(keys, values)
-      if attend is not None and attend < keys.shape[2]:
-        # Only the filled part of the cache is read (a static slice: the cost of a decode
-        # step follows the conversation, not the cache size). The caller guarantees that
-        # every real query's slot is below `attend`.
-        keys, values = keys[:, :, :attend], values[:, :, :attend]
+      # Indexing axes 0, 1 and 3 of [B, L, K, S, H] takes updates shaped [B, T, K, H]; the
+      # scatter writes in place into the (donated, or scan-carried) buffer.
+      keys = cache.k.at[rows, layer, :, slots].set(k.astype(cache.k.dtype), mode="drop")
+      values = cache.v.at[rows, layer, :, slots].set(v.astype(cache.v.dtype), mode="drop")
+      new_cache = KVCache(keys, values)
+      # This layer's keys and values, only the filled part: a static bound (the cost of a
+      # decode step follows the conversation, not the cache size). The caller guarantees
+      # that every real query's slot is below `attend`.
+      size = keys.shape[3] if attend is None else min(attend, keys.shape[3])
+      window = (b, 1, kh, size, hd)
+      start = (0, layer, 0, 0, 0)
+      keys = jax.lax.dynamic_slice(keys, start, window)[:, 0]
+      values = jax.lax.dynamic_slice(values, start, window)[:, 0]
       # Every slot below a query's own position holds a real token of that row.
-      mask = jnp.arange(keys.shape[2])[None, None, :] <= slots[:, :, None]  # [B, T, S]
+      mask = jnp.arange(size)[None, None, :] <= slots[:, :, None]  # [B, T, S]
       out = _attend(q, keys, values, mask, c)
     out = out.transpose(0, 3, 1, 2, 4).reshape(b, t, c.num_heads, hd)
     return _dense(out, self.o_proj[...].astype(c.compute_dtype), in_dims=2), new_cache
@@ -367,15 +420,56 @@ class Block(nnx.Module):
     self.post_attn_norm = RMSNorm(config.embed_dim, config.norm_eps, pd, rngs=rngs)
     self.mlp = MLP(config, rngs=rngs)
 
-  def __call__(self, x, positions, inv_freq, cache, write_index, attend=None):
-    h, cache = self.attn(self.input_norm(x), positions, inv_freq, cache, write_index, attend)
+  def __call__(self, x, positions, inv_freq, cache, layer, write_index, attend=None):
+    h, cache = self.attn(self.input_norm(x), positions, inv_freq, cache, layer, write_index, attend)
     x = x + h
     x = x + self.mlp(self.post_attn_norm(x))
     return x, cache
 
 
-def _block_no_cache(block: Block, x, positions, inv_freq):
-  return block(x, positions, inv_freq, None, None)[0]
+def stack_blocks(blocks: list[Block]) -> Block:
+  """One `Block` whose parameters are the blocks' stacked on a leading `layers` axis."""
+  graphdef, _ = nnx.split(blocks[0])
+  states = [nnx.to_flat_state(nnx.state(b)) for b in blocks]
+  flat = []
+  for i, (key, var) in enumerate(states[0]):
+    value = jnp.stack([s[i][1].get_value() for s in states])
+    axes = var.get_metadata().get("logical_axes")
+    flat.append((key, var.replace(value, logical_axes=("layers", *axes) if axes else None)))
+  return nnx.merge(graphdef, nnx.from_flat_state(flat))
+
+
+def stack_legacy_layers(flat: Mapping[str, Any], sep: str = "/") -> dict[str, Any]:
+  """Flat parameters (or optimizer moments) named per layer, `.../layers/3/attn/q_proj`
+  (the layout written before the blocks were stacked), renamed and stacked into
+  `.../layers/attn/q_proj` `[L, ...]`; other names pass through. Host arrays (numpy)."""
+  import numpy as np
+
+  out, per_layer = {}, {}
+  for name, value in flat.items():
+    parts = name.split(sep)
+    at = next(
+      (i for i in range(len(parts) - 1) if parts[i] == "layers" and parts[i + 1].isdigit()), None
+    )
+    if at is None:
+      out[name] = value
+      continue
+    stacked = sep.join(parts[: at + 1] + parts[at + 2 :])
+    per_layer.setdefault(stacked, {})[int(parts[at + 1])] = value
+  for name, layers in per_layer.items():
+    if sorted(layers) != list(range(len(layers))):
+      raise ValueError(f"{name}: layers {sorted(layers)} are not 0..{len(layers) - 1}")
+    out[name] = np.stack([np.asarray(layers[i]) for i in range(len(layers))])
+  return out
+
+
+def is_legacy_layout(names) -> bool:
+  """Whether flat names (`a/b/c`) are in the per-layer layout of `stack_legacy_layers`."""
+  for name in names:
+    parts = name.split("/")
+    if any(p == "layers" and q.isdigit() for p, q in itertools.pairwise(parts)):
+      return True
+  return False
 
 
 def head_logits(hidden: jax.Array, head: jax.Array) -> jax.Array:
@@ -389,11 +483,14 @@ class Transformer(nnx.Module):
   def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
     c = config
     self.config = c
-    self.embed = _param(rngs, (c.vocab_size, c.embed_dim), ("vocab", "embed"), c.weight_dtype)
-    self.layers = nnx.List([Block(c, rngs=rngs) for _ in range(c.num_layers)])
-    self.final_norm = RMSNorm(c.embed_dim, c.norm_eps, c.weight_dtype, rngs=rngs)
+    draws = _Draws(rngs)
+    self.embed = _param(draws, (c.vocab_size, c.embed_dim), ("vocab", "embed"), c.weight_dtype)
+    # Built one by one (the same random draws as separate blocks), then stacked.
+    self.layers = stack_blocks([Block(c, rngs=draws) for _ in range(c.num_layers)])
+    self.final_norm = RMSNorm(c.embed_dim, c.norm_eps, c.weight_dtype, rngs=draws)
     if not c.tie_embeddings:
-      self.lm_head = _param(rngs, (c.embed_dim, c.vocab_size), ("embed", "vocab"), c.weight_dtype)
+      self.lm_head = _param(draws, (c.embed_dim, c.vocab_size), ("embed", "vocab"), c.weight_dtype)
+    draws.finish()
 
   def hidden(
     self,
@@ -421,21 +518,30 @@ class Transformer(nnx.Module):
       base = write_index[:, None] if cache is not None else jnp.zeros((b, 1), jnp.int32)
       positions = base + jnp.arange(t, dtype=jnp.int32)[None, :]
     inv_freq = rope_inv_freq(self.config)
-    x = jnp.take(self.embed[...], tokens, axis=0).astype(self.config.compute_dtype)
-    new_cache = []
-    policy = REMAT_POLICIES[self.config.remat] if cache is None else None
-    for i, layer in enumerate(self.layers):
-      if policy is not None:  # training: recompute the block's activations in backward
-        x = nnx.remat(_block_no_cache, policy=policy, prevent_cse=True)(
-          layer, x, positions, inv_freq
-        )
-        continue
-      x, layer_cache = layer(
-        x, positions, inv_freq, None if cache is None else cache[i], write_index, attend
+    c = self.config
+    x = jnp.take(self.embed[...], tokens, axis=0).astype(c.compute_dtype)
+    graphdef, stacked = nnx.split(self.layers)
+
+    def block(carry, layer_params, i):
+      h, kv = carry
+      return nnx.merge(graphdef, layer_params)(h, positions, inv_freq, kv, i, write_index, attend)
+
+    policy = REMAT_POLICIES[c.remat] if cache is None else None
+    if policy is not None:  # training: recompute the block's activations in backward
+      # (prevent_cse matters only unrolled: a scan already keeps XLA from merging them.)
+      block = jax.checkpoint(block, policy=policy, prevent_cse=not c.scanned)
+    carry = (x, cache)
+    if c.scanned:
+      carry, _ = jax.lax.scan(
+        lambda carry, xs: (block(carry, *xs), None),
+        carry,
+        (stacked, jnp.arange(c.num_layers, dtype=jnp.int32)),
       )
-      new_cache.append(layer_cache)
-    x = self.final_norm(x)
-    return x, (tuple(new_cache) if cache is not None else None)
+    else:
+      for i in range(c.num_layers):
+        carry = block(carry, jax.tree.map(lambda a, i=i: a[i], stacked), i)
+    x, cache = carry
+    return self.final_norm(x), cache
 
   def head(self) -> jax.Array:
     """The output projection `[D, V]` in the compute dtype (the embedding's transpose
