@@ -166,3 +166,22 @@ def test_policy_folder_written_now_is_stacked(tmp_path, nano_config):
   assert "layers/attn/q_proj" in names and not transformer.is_legacy_layout(names)
   with open(tmp_path / "model.json") as f:
     assert "scan_layers" in json.load(f)
+
+
+def test_decoding_with_split_layers_equals_the_scan(nano_config):
+  # The sampler's decode loop may slice the weights out of the stack once (CPU default)
+  # instead of scanning: same tokens, log-probs and cache.
+  from gagar_jax.models import sampler as sampler_lib
+
+  cfg = dataclasses.replace(nano_config, scan_layers=True)
+  graphdef, params = nnx.split(transformer.create(cfg, 5))
+  prompts = [[3, 5, 7, 9, 11], [2, 4, 6]]
+  sampling = sampler_lib.SamplingParams(max_new_tokens=12, temperature=0.0)
+  out = {}
+  for split in (False, True):
+    sampler = sampler_lib.Sampler(cfg, graphdef, cache_size=64, pad_id=0, split_layers=split)
+    state = sampler.prefill(params, prompts)
+    state, result = sampler.generate(params, state, jax.random.key(0), sampling)
+    out[split] = (np.asarray(result.tokens), np.asarray(result.logprobs), np.asarray(state.cache.k))
+  for a, b in zip(out[True], out[False], strict=True):
+    np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)

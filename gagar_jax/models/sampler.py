@@ -192,11 +192,14 @@ def _stop_table(stop_sequences):
   return table
 
 
-def _forward_chunk(graphdef, params, state: SamplerState, tokens, counts, attend=None):
+def _forward_chunk(graphdef, params, state: SamplerState, tokens, counts, attend=None, layers=None):
   """Writes `tokens [B, T]` (row b's first `counts[b]` real) at each row's offset;
-  attention reads the first `attend` cache slots (static, see `Sampler.attend_bound`)."""
+  attention reads the first `attend` cache slots (static, see `Sampler.attend_bound`);
+  `layers`: the blocks' parameters split per layer (`Transformer.split_layers`), or None."""
   model = nnx.merge(graphdef, params)
-  hidden, cache = model.hidden(tokens, cache=state.cache, write_index=state.lengths, attend=attend)
+  hidden, cache = model.hidden(
+    tokens, cache=state.cache, write_index=state.lengths, attend=attend, layers=layers
+  )
   last = jnp.clip(counts - 1, 0, tokens.shape[1] - 1)
   last_hidden = jnp.take_along_axis(hidden, last[:, None, None], axis=1)[:, 0]
   logits = model.logits(last_hidden)
@@ -224,8 +227,12 @@ def _decode(
   active,
   carry_in: DecodeCarry | None = None,
   attend: int | None = None,
+  split_layers: bool = False,
 ):
   """The jitted decode loop (lax.while_loop; stops early when every row is done).
+
+  `split_layers` (static): slice the blocks' weights out of their stack once, before the
+  loop, and run the layers as a Python loop over them (see `Sampler`).
 
   `attend` (static): attention reads only the first `attend` cache slots; every row
   that generates must end within them (`Sampler.attend_bound`).
@@ -239,6 +246,7 @@ def _decode(
   stop_table = jnp.asarray(_stop_table(params_s.stop_sequences))
   has_stop = len(params_s.stop_sequences) > 0
   width = stop_table.shape[1]
+  layers = nnx.merge(graphdef, params).split_layers() if split_layers else None
 
   def cond(carry):
     step, _, _, _, _, _, done, _, _ = carry
@@ -267,7 +275,7 @@ def _decode(
       hit_eos = jnp.zeros_like(done)
     new_reason = jnp.where(hit_eos, FINISH_EOS, new_reason)
     # The sampled token enters the cache (so the conversation can continue after it).
-    st = _forward_chunk(graphdef, params, st, tok[:, None], alive.astype(jnp.int32), attend)
+    st = _forward_chunk(graphdef, params, st, tok[:, None], alive.astype(jnp.int32), attend, layers)
     full = alive & (st.lengths >= cache_size)
     new_reason = jnp.where(full & ~hit_eos & ~hit_stop, FINISH_CACHE_FULL, new_reason)
     done = done | hit_eos | hit_stop | full
@@ -328,6 +336,14 @@ class Sampler:
   With a `mesh`, the cache and every per-row array are sharded along the logical
   `batch` axis (and kv heads along `kv_heads`), matching parameters laid out by
   `gagar_jax.sharding` with the same rules.
+
+  `split_layers` (default: on CPU backends): the decode loop slices the blocks' weights
+  out of their stack once and runs the layers as a Python loop, instead of the model's
+  scan. XLA:CPU copies each weight out of the stack at every scan step, which at one
+  token per row costs about as much as the matmuls (SmolLM2-135M shape: see
+  results/performance.md, section 12); the price is a decode program compiled per layer.
+  Accelerators keep the scan. Prefill and appends, many tokens per row, always follow
+  `scan_layers`.
   """
 
   def __init__(
@@ -341,6 +357,7 @@ class Sampler:
     mesh: jax.sharding.Mesh | None = None,
     rules=None,
     decode_chunk: int = 0,
+    split_layers: bool | None = None,
   ):
     if cache_size <= 0:
       raise ConfigError("sampler.cache_size", f"must be positive, got {cache_size}")
@@ -370,8 +387,11 @@ class Sampler:
     carry_out = None
     if mesh is not None:
       carry_out = DecodeCarry(NamedSharding(mesh, jax.sharding.PartitionSpec()), rows2, rows, rows)
+    if split_layers is None:
+      split_layers = jax.default_backend() == "cpu"
+    self.split_layers = bool(split_layers)
     self._decode = jax.jit(
-      functools.partial(_decode, graphdef),
+      functools.partial(_decode, graphdef, split_layers=self.split_layers),
       static_argnums=(3, 4, 7),
       donate_argnums=(1,),
       out_shardings=None if mesh is None else (state_out, output_out, carry_out),

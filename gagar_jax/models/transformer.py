@@ -499,6 +499,7 @@ class Transformer(nnx.Module):
     cache: KVCache | None = None,
     write_index: jax.Array | None = None,
     attend: int | None = None,
+    layers: tuple[nnx.State, ...] | None = None,
   ):
     """Final-norm hidden states `[B, T, D]` and the updated cache (or None).
 
@@ -510,6 +511,8 @@ class Transformer(nnx.Module):
       write_index: int32 `[B]`, the cache slot of each row's first token.
       attend: with a cache, a static bound on the slots attention reads: every real
         token's slot (write_index + its offset) must be below it (None: the whole cache).
+      layers: the blocks' parameters already split per layer (`split_layers`): the
+        layers then run as a Python loop over them, whatever `scan_layers` says.
     """
     b, t = tokens.shape
     if cache is not None and write_index is None:
@@ -531,7 +534,10 @@ class Transformer(nnx.Module):
       # (prevent_cse matters only unrolled: a scan already keeps XLA from merging them.)
       block = jax.checkpoint(block, policy=policy, prevent_cse=not c.scanned)
     carry = (x, cache)
-    if c.scanned:
+    if layers is not None:
+      for i, layer_params in enumerate(layers):
+        carry = block(carry, layer_params, i)
+    elif c.scanned:
       carry, _ = jax.lax.scan(
         lambda carry, xs: (block(carry, *xs), None),
         carry,
@@ -542,6 +548,14 @@ class Transformer(nnx.Module):
         carry = block(carry, jax.tree.map(lambda a, i=i: a[i], stacked), i)
     x, cache = carry
     return self.final_norm(x), cache
+
+  def split_layers(self) -> tuple[nnx.State, ...]:
+    """The blocks' parameters as one state per layer (slices of the stack), for `hidden`'s
+    `layers`. On XLA:CPU a scan slices every weight out of the stack at each step, a copy
+    that costs decoding (one token per row) about as much as the matmuls themselves; the
+    sampler splits once per decode loop instead (see `Sampler`)."""
+    _, stacked = nnx.split(self.layers)
+    return tuple(jax.tree.map(lambda a, i=i: a[i], stacked) for i in range(self.config.num_layers))
 
   def head(self) -> jax.Array:
     """The output projection `[D, V]` in the compute dtype (the embedding's transpose
