@@ -11,7 +11,7 @@ The blocks' parameters are stacked on a leading `layers` axis (one `Block` whose
 arrays are `[L, ...]`), and the KV cache is one `[B, L, kv_heads, S, head_dim]` pair.
 `ModelConfig.scan_layers` picks how the layers run: a `jax.lax.scan` over that axis
 (XLA compiles one block, so compile time does not grow with depth) or a Python loop
-over static slices (one program per block: what small models run fastest on CPU).
+over static slices (one program per block; the few-layer CPU presets' default).
 Both run the same block function, so they compute the same thing.
 
 The same `__call__` serves training (no cache: causal attention within the
@@ -53,7 +53,7 @@ REMAT_POLICIES = {
 
 # `scan_layers=None` scans from this depth on. Below it the Python loop is kept: the
 # presets there (nano 2, tiny 4, small 6 layers) compile in seconds either way, and the
-# loop lets XLA:CPU fuse across blocks (measured in results/performance.md, "real shapes").
+# tiny policy's path stays as it was measured (results/performance.md, section 12).
 SCAN_FROM_LAYERS = 8
 
 
@@ -83,7 +83,7 @@ class ModelConfig:
   # recompute attention, norms and activations; full: keep only each block's input.
   remat: str = "none"
   # How the layers run: True, a `lax.scan` over the stacked blocks (compile time flat in
-  # depth); False, a Python loop (faster for a few small layers on CPU); None (the
+  # depth); False, a Python loop (one program per block); None (the
   # default), scan from SCAN_FROM_LAYERS layers on. The parameters are the same either way.
   scan_layers: bool | None = None
 
@@ -439,6 +439,14 @@ def stack_blocks(blocks: list[Block]) -> Block:
   return nnx.merge(graphdef, nnx.from_flat_state(flat))
 
 
+def _layer_index_at(parts: list[str]) -> int | None:
+  """Where `layers/<i>` (the per-layer layout) starts in a split name; None if nowhere."""
+  for i, (p, q) in enumerate(itertools.pairwise(parts)):
+    if p == "layers" and q.isdigit():
+      return i
+  return None
+
+
 def stack_legacy_layers(flat: Mapping[str, Any], sep: str = "/") -> dict[str, Any]:
   """Flat parameters (or optimizer moments) named per layer, `.../layers/3/attn/q_proj`
   (the layout written before the blocks were stacked), renamed and stacked into
@@ -448,9 +456,7 @@ def stack_legacy_layers(flat: Mapping[str, Any], sep: str = "/") -> dict[str, An
   out, per_layer = {}, {}
   for name, value in flat.items():
     parts = name.split(sep)
-    at = next(
-      (i for i in range(len(parts) - 1) if parts[i] == "layers" and parts[i + 1].isdigit()), None
-    )
+    at = _layer_index_at(parts)
     if at is None:
       out[name] = value
       continue
@@ -465,11 +471,7 @@ def stack_legacy_layers(flat: Mapping[str, Any], sep: str = "/") -> dict[str, An
 
 def is_legacy_layout(names) -> bool:
   """Whether flat names (`a/b/c`) are in the per-layer layout of `stack_legacy_layers`."""
-  for name in names:
-    parts = name.split("/")
-    if any(p == "layers" and q.isdigit() for p, q in itertools.pairwise(parts)):
-      return True
-  return False
+  return any(_layer_index_at(name.split("/")) is not None for name in names)
 
 
 def head_logits(hidden: jax.Array, head: jax.Array) -> jax.Array:
