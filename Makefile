@@ -7,9 +7,8 @@ STAMP := $(VENV)/.installed-stamp
 WORKDIR ?= runs/gagar_demo
 # Test processes (pytest-xdist; each module's tests stay in one process).
 TEST_WORKERS ?= 2
-# A persistent XLA compilation cache: programs compiled once are reused by later runs.
-export JAX_COMPILATION_CACHE_DIR ?= $(CURDIR)/.cache/xla
-export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS ?= 0.05
+# Every entry point keeps compiled programs in ~/.cache/gagar_jax/xla (gagar_jax/cli.py;
+# JAX_COMPILATION_CACHE_DIR moves it, JAX_ENABLE_COMPILATION_CACHE=false turns it off).
 
 .PHONY: install run sft sft-pressure sft-pressure-all grader grader-pressure serve-grader sampler-demo test lint bench clean
 

@@ -103,3 +103,37 @@ def test_every_mistake_is_one_line_before_any_compute(rl_workdir, tmp_path):
   assert json.load(open(os.path.join(rl_workdir, "workdir.json")))["kind"] == "rl"
   assert sorted(os.listdir(rl_workdir)) == ["config.json", "workdir.json"]
   assert not os.path.exists(tmp_path / "a") and not os.path.exists(tmp_path / "b")
+
+
+_COMPILES = """
+import jax, jax.numpy as jnp
+from gagar_jax import cli
+cli.run(lambda argv: print(jax.jit(lambda x: jnp.tanh(x) @ x.T)(jnp.ones((64, 64))).sum()))
+"""
+
+
+@pytest.mark.parametrize(
+  "setting, where",
+  [
+    ({}, ".cache/gagar_jax/xla"),  # the default, under $HOME
+    ({"XDG_CACHE_HOME": "xdg"}, "xdg/gagar_jax/xla"),
+    ({"JAX_COMPILATION_CACHE_DIR": "mine"}, "mine"),
+    ({"JAX_ENABLE_COMPILATION_CACHE": "false"}, None),
+  ],
+)
+def test_entry_points_keep_compiled_programs_in_a_persistent_cache(tmp_path, setting, where):
+  env = {
+    k: v
+    for k, v in _env().items()
+    if not k.startswith(("JAX_COMPILATION", "JAX_PERSISTENT", "XDG_CACHE"))
+  }
+  env.update(
+    {k: str(tmp_path / v) if k != "JAX_ENABLE_COMPILATION_CACHE" else v for k, v in setting.items()}
+  )
+  env.update(HOME=str(tmp_path), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+  subprocess.run([sys.executable, "-c", _COMPILES], env=env, check=True, capture_output=True)
+  written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*-cache"))
+  if where is None:
+    assert written == []
+  else:
+    assert written and all(p.startswith(where + "/jit_") for p in written), written
