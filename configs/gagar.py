@@ -98,6 +98,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.rollout.max_rounds = 3
   # Decode in chunks of this many tokens, dropping finished rows between chunks (0: off).
   c.rollout.decode_chunk = 8
+  # Run prompts and observations into the cache in pieces of this many tokens, each over
+  # only the rows that still have tokens (0: one piece as wide as the longest).
+  c.rollout.append_chunk = 32
   # System message: auto (the action grammar and an example, unless the tokenizer has the
   # project's end-of-action token), grammar or none.
   c.rollout.system_prompt = "auto"

@@ -215,7 +215,7 @@ def run() -> dict:
     flush=True,
   )
   groups, start = [], time.time()
-  with SandboxPool(SandboxConfig(workers=_WORKERS.value)) as pool:
+  with SandboxPool(SandboxConfig.for_rollouts(_WORKERS.value)) as pool:
     engine = rollout.RolloutEngine(cfg, policy.model_config, graphdef, policy.tok, pool)
     key = jax.random.key(_SEED.value)
     for b in range(0, n, _BATCH.value):

@@ -47,6 +47,11 @@ class RolloutConfig:
   # Decode actions this many tokens at a time, moving the rows still generating into
   # a smaller batch between chunks (0: one decode loop over every row).
   decode_chunk: int = 8
+  # Run prompts and observations into the cache this many tokens at a time, each piece
+  # over only the rows that still have tokens (0: one piece as wide as the longest).
+  # Observations vary from a few tokens to max_obs_tokens: one piece as wide as the
+  # longest computes mostly padding (results/performance.md, section 13).
+  append_chunk: int = 32
   # The system message: auto (the action grammar unless the tokenizer has the
   # end-of-action token, i.e. the project's policies), grammar, or none.
   system_prompt: str = "auto"
@@ -64,6 +69,7 @@ class RolloutConfig:
       ),
     )
     check(self.decode_chunk >= 0, "decode_chunk", f"must be >= 0, got {self.decode_chunk}")
+    check(self.append_chunk >= 0, "append_chunk", f"must be >= 0, got {self.append_chunk}")
     check(self.temperature >= 0, "temperature", f"must be >= 0, got {self.temperature}")
     check(
       self.system_prompt in transcript.SYSTEM_MODES,
@@ -125,6 +131,7 @@ class RolloutEngine:
       mesh=mesh,
       rules=rules,
       decode_chunk=config.decode_chunk,
+      append_chunk=config.append_chunk,
     )
     self.sampling = sampler_lib.SamplingParams(
       max_new_tokens=config.max_action_tokens,
@@ -339,7 +346,7 @@ def sample_groups(
   cfg = RolloutConfig(group_size=group_size, **(rollout_overrides or {}))
   params = jax.device_put(params)
   kept, start = [], time.time()
-  with SandboxPool(SandboxConfig(workers=2)) as pool:
+  with SandboxPool(SandboxConfig.for_rollouts(2)) as pool:
     engine = RolloutEngine(cfg, model_config, graphdef, tok, pool)
     batch = 8
     for b in range(0, len(tasks), batch):

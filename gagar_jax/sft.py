@@ -458,7 +458,7 @@ def run(config, workdir: str, export: str = "") -> dict:
       flush=True,
     )
   val_tasks = suites.held_out(config.data_dir, config.suite, "validation", config.eval.tasks)
-  pool = SandboxPool(SandboxConfig(workers=config.sandbox_workers))
+  pool = SandboxPool(SandboxConfig.for_rollouts(config.sandbox_workers))
   key = jax.random.key(config.seed)
   engines = {}
 

@@ -203,7 +203,7 @@ class Trainer:
     params = policy_io.load_weights(policy, mesh=self.mesh, rules=config.sharding_rules)
     self.learner = Learner(self.learner_cfg, model_config, self.mesh, config.sharding_rules)
     self.init_params = params
-    self.pool = SandboxPool(SandboxConfig(workers=config.sandbox_workers))
+    self.pool = SandboxPool(SandboxConfig.for_rollouts(config.sandbox_workers))
     self.engine = rollout.RolloutEngine(
       self.rollout_cfg,
       model_config,
@@ -353,8 +353,12 @@ class Trainer:
     host = rollout.to_arrays(groups, n, g, t)
     batch = learner.shard_batch(Batch.from_rollout(host), process_local=self.processes > 1)
     t0 = time.perf_counter()
-    old = learner.logprobs(state.params, batch.tokens)  # async: grading overlaps with it
-    ref = old
+    # One update per batch without KL: the update's own forward pass gives the old
+    # log-probs (`on_policy`), so there is no log-prob pass before it.
+    on_policy = c.updates_per_batch == 1 and self.learner_cfg.loss.kl == "off"
+    old = ref = batch.old_logprobs  # (the sampling log-probs; not read when on_policy)
+    if not on_policy:
+      old = ref = learner.logprobs(state.params, batch.tokens)  # async: grading overlaps
     if self.learner_cfg.loss.kl != "off":
       ref = learner.logprobs(self.ref_params, batch.tokens)
     ranks = np.zeros((n, g), np.int32)
@@ -385,7 +389,7 @@ class Trainer:
       )
     t0 = time.perf_counter()
     for _ in range(c.updates_per_batch):
-      state, m = learner.step(state, batch)
+      state, m = learner.step(state, batch, on_policy)
     times["update_s"] = time.perf_counter() - t0
     if c.inspect.record:  # the group inspector's records (experiments/inspect_groups.py)
       self._record_groups(groups, host, rewards, ranks, grades)

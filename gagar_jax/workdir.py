@@ -48,6 +48,7 @@ SAFE_ON_RESUME = (
   "distributed.*",
   "learner.micro_batches",
   "learner.split_step",
+  "rollout.append_chunk",
   "resume_override",
 )
 

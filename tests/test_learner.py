@@ -96,6 +96,31 @@ def test_split_step_equals_fused_step(sharded, mesh1, devices8):
     assert out["on"][1][key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
 
 
+@pytest.mark.parametrize("split", ["off", "on"])
+def test_on_policy_step_equals_a_step_after_a_logprob_pass(split, mesh1):
+  # The trainer's first (only) update of a batch sampled by the current parameters: the
+  # old log-probs come from the loss's own forward pass; garbage in batch.old_logprobs is
+  # not read, and the update equals one with the learner's log-prob pass.
+  out = []
+  for on_policy in (False, True):
+    learner = helpers.make_learner(mesh1, split_step=split)
+    state = learner.init(0)
+    for position in range(2):
+      batch = helpers.synthetic_batch(position)
+      if on_policy:
+        batch = batch._replace(old_logprobs=np.full_like(batch.old_logprobs, -7.0))
+      else:
+        batch = helpers.with_logprobs(learner, state, batch)
+      state, metrics = learner.step(state, batch, on_policy=on_policy)
+    out.append((_params(state), metrics))
+  (a, ma), (b, mb) = out
+  for x, y in zip(a, b, strict=True):  # ratios of 1 +- 1e-7 against exactly 1, via AdamW
+    helpers.assert_params_close(x, y)
+  assert mb["ratio_mean"] == 1.0 and mb["clip_frac_low"] == mb["clip_frac_high"] == 0.0
+  for key in ("loss", "grad_norm", "entropy"):
+    assert mb[key] == pytest.approx(ma[key], rel=1e-5, abs=1e-7), key
+
+
 def _preference_batch(n=4, g=4, t=12):
   """Every group: slots 0, 1 pass with tokens 10 / 11 at position 6, slots 2, 3 fail
   with token 12. The grader ranks token 10 above token 11."""

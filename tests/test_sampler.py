@@ -162,6 +162,44 @@ def test_compacting_decode_equals_one_loop(nano_config, nano_model):
   np.testing.assert_allclose(ps.last_logits, cs.last_logits, atol=1e-5)
 
 
+def test_shared_prompts_and_appends_in_pieces_fill_the_cache_the_same(nano_config, nano_model):
+  # Rows with the same prompt share one prefill (copied out of a smaller batch), and
+  # append_chunk=4 runs observations in pieces over the rows that still have tokens: the
+  # cache, lengths and next logits equal one append of the whole batch, and so does the
+  # greedy turn after them.
+  graphdef, params = nano_model
+  prompts = [PROMPTS[1]] * 3 + [PROMPTS[0]] * 3 + [PROMPTS[3]] * 2
+  observations = [[], [20], [21, 22, 23, 24, 25], [], [], [7] * 13, [], [5, 6]]
+  greedy = sampler_lib.SamplingParams(max_new_tokens=6, temperature=0.0)
+  plain = sampler_lib.Sampler(nano_config, graphdef, cache_size=64, pad_id=0)
+  pieces = sampler_lib.Sampler(nano_config, graphdef, cache_size=64, pad_id=0, append_chunk=4)
+  calls = []
+  for name in ("_chunk", "_take"):
+    fn = getattr(pieces, name)
+    setattr(pieces, name, lambda *a, fn=fn, name=name: calls.append((name, a)) or fn(*a))
+  ref = plain.append(params, plain.init_state(len(prompts)), prompts)  # no sharing
+  ref = plain.append(params, ref, observations)
+  got = pieces.prefill(params, prompts)
+  # The 3 distinct prompts (9, 3 and 17 tokens) and a padding row, 4 tokens at a time:
+  # the first piece over all 4 rows, then the rows still holding tokens (2, 2, 1, 1) in
+  # sub-batches; then the 4 rows are copied out to the 8.
+  shapes = [a[2].shape if n == "_chunk" else n for n, a in calls]
+  sub = ["_take", (2, 4), "_take", (2, 4), "_take", (1, 4), "_take", (1, 4)]
+  assert shapes == [(4, 4), *sub, "_take"]
+  calls.clear()
+  got = pieces.append(params, got, observations)
+  # Pieces over the rows holding tokens: 4 of the 8, then 2, 1, 1.
+  assert [a[2].shape for n, a in calls if n == "_chunk"] == [(4, 4), (2, 4), (1, 4), (1, 4)]
+  np.testing.assert_array_equal(got.lengths, ref.lengths)
+  np.testing.assert_allclose(got.last_logits, ref.last_logits, atol=1e-5)
+  for r, n in enumerate(np.asarray(ref.lengths)):
+    for a, b in ((got.cache.k, ref.cache.k), (got.cache.v, ref.cache.v)):
+      np.testing.assert_allclose(a[r, :, :, :n], b[r, :, :, :n], atol=1e-5)
+  _, out = pieces.generate(params, got, jax.random.key(0), greedy)
+  _, ref_out = plain.generate(params, ref, jax.random.key(0), greedy)
+  np.testing.assert_array_equal(out.tokens, ref_out.tokens)
+
+
 def test_multi_turn_append_equals_reprefill(sampler, nano_config, nano_model):
   # Turn 1, then an observation appended to the cache, then turn 2, must equal
   # prefilling the whole transcript from scratch and decoding turn 2.

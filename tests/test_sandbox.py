@@ -265,3 +265,30 @@ def test_fallback_without_namespaces_still_bounds_and_cleans(tmp_path):
     )
     assert not _passed(loop) and time.monotonic() - start < 8
     assert os.listdir(p._fallback_dir) == []
+
+
+def test_memo_runs_identical_jobs_once_and_keeps_only_ok_results():
+  """A job identical to one run before (or in flight) gets its result without a run;
+  each job still gets its own copy; failures are not kept; the memo is bounded."""
+  counter = "def f(*args):\n    return 7\n"
+  flaky = "def f():\n    while True:\n        pass\n"
+  with SandboxPool(SandboxConfig(workers=2, cpu_s=1, wall_s=2.0, memo_entries=2)) as p:
+    same = {"pkg/__init__.py": "", "pkg/m.py": counter}
+    results = p.map(lambda _: p.call(same, [("pkg.m", "f", [])]), range(6))
+    assert all(r.status == "ok" and r.calls[0].value == 7 for r in results)
+    assert p.stats["evaluations"] == 1 and p.stats["memo_hits"] == 5
+    results[0].calls[0].value = "changed by one caller"
+    assert p.call(same, [("pkg.m", "f", [])]).calls[0].value == 7
+    p.call(same, [("pkg.m", "f", [3])])  # other arguments: another job
+    assert p.stats["evaluations"] == 2
+    for _ in range(2):  # a failure (over its CPU time) is not kept: it runs again
+      loop = p.call({"pkg/__init__.py": "", "pkg/m.py": flaky}, [("pkg.m", "f", [])])
+      assert loop.status in ("timeout", "crashed")
+    assert p.stats["evaluations"] == 4 and len(p._memo) <= 2
+    for i in range(3):  # bounded: the oldest entries go
+      p.call(
+        {"pkg/__init__.py": "", "pkg/m.py": f"def f():\n    return {i}\n"}, [("pkg.m", "f", [])]
+      )
+    assert len(p._memo) == 2
+    p.call(same, [("pkg.m", "f", [])])
+    assert p.stats["evaluations"] == 8

@@ -71,12 +71,15 @@ class Learner:
       tokens = sharding.shard_batch(np.asarray(tokens, np.int32), self.mesh, self.rules)
     return self._logprobs(params, tokens)
 
-  def step(self, state: train_state.TrainState, batch: step_lib.Batch):
-    """One update; returns (new state, metrics as Python floats). Raises on non-finite."""
+  def step(self, state: train_state.TrainState, batch: step_lib.Batch, on_policy=False):
+    """One update; returns (new state, metrics as Python floats). Raises on non-finite.
+
+    `on_policy`: the batch was sampled by `state.params` and this is its first update;
+    `batch.old_logprobs` is then not read (see `step.TrainStep`)."""
     if not isinstance(batch.tokens, jax.Array) or batch.graded is None:
       batch = self.shard_batch(batch)
     step = int(state.step)
-    state, metrics = self.train_step(state, batch)
+    state, metrics = self.train_step(state, batch, on_policy)
     metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
     step_lib.check_finite(metrics, step, state)
     return state, metrics

@@ -14,6 +14,8 @@ Compiled once per run (fixed shapes, explicit in/out shardings, state donated).
 
 from __future__ import annotations
 
+import functools
+
 from typing import NamedTuple
 
 import jax
@@ -245,25 +247,32 @@ class TrainStep:
   ops run several times slower than the same ops in a forward-only program), at the
   price of one extra dispatch. Both give the same update. `lower` always lowers the
   fused program (the planner reads its memory analysis).
+
+  `on_policy=True`: the batch was sampled by `state.params` and this is its first update,
+  so the old log-probs are the current ones: the loss takes them from its own forward pass
+  (under `stop_gradient`: ratio 1, the same gradient) and `batch.old_logprobs` is not
+  read, which spares the trainer a log-prob pass over the batch. Programs of both kinds
+  compile on first use.
   """
 
-  def __init__(self, fused, forward=None, backward=None):
-    self.fused, self._forward, self._backward = fused, forward, backward
-    self.split = forward is not None
+  def __init__(self, programs, backward=None):
+    # programs[on_policy] = (fused, forward or None)
+    self._programs, self._backward = programs, backward
+    self.fused = programs[False][0]
+    self.split = backward is not None
 
-  def __call__(self, state: TrainState, batch: Batch):
+  def __call__(self, state: TrainState, batch: Batch, on_policy: bool = False):
+    fused, forward = self._programs[bool(on_policy)]
     if not self.split:
-      return self.fused(state, batch)
-    residuals = self._forward(state.params, batch)
-    return self._backward(state, residuals)
+      return fused(state, batch)
+    return self._backward(state, forward(state.params, batch))
 
   def lower(self, state, batch):
     return self.fused.lower(state, batch)
 
   def _cache_size(self) -> int:
-    if not self.split:
-      return self.fused._cache_size()
-    return max(self._forward._cache_size(), self._backward._cache_size())
+    jits = [p for pair in self._programs.values() for p in pair if p is not None]
+    return max(j._cache_size() for j in jits + ([self._backward] if self.split else []))
 
 
 def resolve_split(split: str, micro_batches: int) -> bool:
@@ -286,8 +295,10 @@ def make_train_step(
   schedule = make_schedule(config.optim)
   m = config.micro_batches
 
-  def loss_fn(params, tokens, mask, old, ref, adv, denom):
+  def loss_fn(params, tokens, mask, old, ref, adv, denom, on_policy=False):
     logp, entropy = token_logprobs(graphdef, params, tokens, with_entropy=True)
+    if on_policy:  # sampled by these very parameters (see `TrainStep`)
+      old = jax.lax.stop_gradient(logp)
     pg, metrics = losses.ppo_clip_loss(
       logp,
       old,
@@ -354,15 +365,15 @@ def make_train_step(
     )
     return new_state, metrics
 
-  def step(state: TrainState, batch: Batch):
+  def step(state: TrainState, batch: Batch, on_policy=False):
     arrays, denom, adv_metrics = inputs(batch)
     if m == 1:
-      (loss, metrics), grads = grad_fn(state.params, *arrays, denom)
+      (loss, metrics), grads = grad_fn(state.params, *arrays, denom, on_policy)
     else:
       parts = [_micro_split(x, m) for x in arrays]
 
       def run(part):
-        (loss, metrics), grads = grad_fn(state.params, *part, denom)
+        (loss, metrics), grads = grad_fn(state.params, *part, denom, on_policy)
         return loss, metrics, grads
 
       def accumulate(carry, part):
@@ -374,9 +385,11 @@ def make_train_step(
     metrics = dict(metrics, tokens=jnp.sum(arrays[1]).astype(jnp.float32))
     return update(state, loss, metrics, grads, adv_metrics, jnp.any(arrays[1]))
 
-  def forward(params, batch: Batch):
+  def forward(params, batch: Batch, on_policy=False):
     arrays, denom, adv_metrics = inputs(batch)
-    loss, vjp_fn, metrics = jax.vjp(lambda p: loss_fn(p, *arrays, denom), params, has_aux=True)
+    loss, vjp_fn, metrics = jax.vjp(
+      lambda p: loss_fn(p, *arrays, denom, on_policy), params, has_aux=True
+    )
     metrics = dict(metrics, tokens=jnp.sum(arrays[1]).astype(jnp.float32))
     return loss, metrics, vjp_fn, adv_metrics, jnp.any(arrays[1])
 
@@ -386,17 +399,26 @@ def make_train_step(
     return update(state, loss, metrics, grads, adv_metrics, has_tokens)
 
   batch_sh = batch_shardings(mesh, rules)
-  fused = jax.jit(
-    step,
-    in_shardings=(state_shardings, batch_sh),
-    out_shardings=(state_shardings, None),
-    donate_argnums=(0,),
-  )
-  if not resolve_split(config.split_step, m):
-    return TrainStep(fused)
-  forward_jit = jax.jit(forward, in_shardings=(state_shardings.params, batch_sh))
+  split = resolve_split(config.split_step, m)
+  programs = {}
+  for on_policy in (False, True):
+    fused = jax.jit(
+      functools.partial(step, on_policy=on_policy),
+      in_shardings=(state_shardings, batch_sh),
+      out_shardings=(state_shardings, None),
+      donate_argnums=(0,),
+    )
+    forward_jit = None
+    if split:
+      forward_jit = jax.jit(
+        functools.partial(forward, on_policy=on_policy),
+        in_shardings=(state_shardings.params, batch_sh),
+      )
+    programs[on_policy] = (fused, forward_jit)
+  if not split:
+    return TrainStep(programs)
   backward_jit = jax.jit(backward, out_shardings=(state_shardings, None), donate_argnums=(0,))
-  return TrainStep(fused, forward_jit, backward_jit)
+  return TrainStep(programs, backward_jit)
 
 
 def batch_shardings(mesh, rules=None) -> Batch:

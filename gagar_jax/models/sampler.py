@@ -357,13 +357,17 @@ class Sampler:
     mesh: jax.sharding.Mesh | None = None,
     rules=None,
     decode_chunk: int = 0,
+    append_chunk: int = 0,
     split_layers: bool | None = None,
   ):
     if cache_size <= 0:
       raise ConfigError("sampler.cache_size", f"must be positive, got {cache_size}")
     if decode_chunk < 0:
       raise ConfigError("sampler.decode_chunk", f"must be >= 0, got {decode_chunk}")
+    if append_chunk < 0:
+      raise ConfigError("sampler.append_chunk", f"must be >= 0, got {append_chunk}")
     self.decode_chunk = int(decode_chunk)
+    self.append_chunk = int(append_chunk)
     self.graphdef = graphdef
     self.cache_size = int(cache_size)
     self.pad_id = int(pad_id)
@@ -444,6 +448,8 @@ class Sampler:
     width = self.min_bucket
     while width < longest:
       width *= 2
+    if self.append_chunk:  # pieces of at most append_chunk tokens
+      width = min(width, self.append_chunk)
     tokens = np.full((len(seqs), width), self.pad_id, np.int32)
     for i, s in enumerate(seqs):
       tokens[i, : len(s)] = s
@@ -455,7 +461,10 @@ class Sampler:
   def append(self, params, state: SamplerState, seqs: Sequence[Sequence[int]]) -> SamplerState:
     """Runs each row's new tokens (possibly none) through the model into the cache.
 
-    The input `state` is donated; use the returned one.
+    With `append_chunk=k`, the tokens go in pieces of k: each piece runs only the rows
+    that still have tokens, in a smaller batch when they are at most half of it (see
+    `_sub_batch`); otherwise in one piece as wide as the longest row. The input `state`
+    is donated; use the returned one.
     """
     if len(seqs) != state.lengths.shape[0]:
       raise ValueError(f"got {len(seqs)} sequences for a batch of {state.lengths.shape[0]}")
@@ -467,12 +476,20 @@ class Sampler:
           f"(cache_size={self.cache_size})"
         )
     lengths = self.cache_size - room
-    attend = self.attend_bound(max(int(n) + len(s) for n, s in zip(lengths, seqs, strict=True)))
+    longest = max((len(s) for s in seqs), default=0)
+    piece = self.append_chunk or max(longest, 1)
+    for start in range(0, max(longest, 1), piece):
+      part = [s[start : start + piece] for s in seqs]
+      ends = [int(n) + min(len(s), start + piece) for n, s in zip(lengths, seqs, strict=True)]
+      state = self._append_piece(params, state, part, self.attend_bound(max(ends)))
+    return state
+
+  def _append_piece(self, params, state: SamplerState, seqs, attend: int) -> SamplerState:
     size, rows = self._sub_batch(np.flatnonzero([len(x) > 0 for x in seqs]), len(seqs))
-    if size is None:
+    if size is None or not (self.decode_chunk or self.append_chunk):
       tokens, counts = self._pad(seqs)
       return self._chunk(params, state, tokens, counts, attend)
-    # With decode_chunk, only the rows that receive tokens run (in a smaller batch).
+    # Only the rows that receive tokens run (in a smaller batch).
     batch = len(seqs)
     part = self._take(state, self._shard(np.where(rows < batch, rows, rows[0])))
     tokens, counts = self._pad([seqs[r] if r < batch else [] for r in rows])
@@ -481,8 +498,8 @@ class Sampler:
 
   def _sub_batch(self, live: np.ndarray, batch: int):
     """(size, rows) of a smaller batch holding rows `live` (padding rows = `batch`), or
-    (None, None) when chunked decoding is off or the batch would not be at most half."""
-    if not self.decode_chunk or not live.size:
+    (None, None) when the batch would not be at most half."""
+    if not live.size:
       return None, None
     size = 1 if self._mesh is None else sharding_lib.batch_axes(self._mesh, self._rules)[1]
     while size < live.size:
@@ -492,10 +509,21 @@ class Sampler:
     return size, np.concatenate([live, np.full(size - live.size, batch)])
 
   def prefill(self, params, prompts: Sequence[Sequence[int]]) -> SamplerState:
-    """A new batch of conversations holding `prompts` (each non-empty)."""
+    """A new batch of conversations holding `prompts` (each non-empty).
+
+    Rows with the same prompt (the episodes of a group) share one prefill: when the
+    distinct prompts are at most half the rows, they run in a smaller batch whose rows
+    are then copied out."""
     if any(len(p) == 0 for p in prompts):
       raise ValueError("every prompt needs at least one token")
-    return self.append(params, self.init_state(len(prompts)), prompts)
+    distinct: dict[tuple[int, ...], int] = {}
+    index = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
+    size, _ = self._sub_batch(np.arange(len(distinct)), len(prompts))
+    if size is None:
+      return self.append(params, self.init_state(len(prompts)), prompts)
+    rows = [list(p) for p in distinct] + [[] for _ in range(size - len(distinct))]
+    small = self.append(params, self.init_state(size), rows)
+    return self._take(small, self._shard(np.asarray(index, np.int32)))
 
   def generate(
     self,
