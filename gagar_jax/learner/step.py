@@ -15,7 +15,6 @@ Compiled once per run (fixed shapes, explicit in/out shardings, state donated).
 from __future__ import annotations
 
 import functools
-
 from typing import NamedTuple
 
 import jax
