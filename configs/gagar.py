@@ -110,6 +110,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.learner.micro_batches = 1
   # Run the update as two jits (forward, then backward + optimizer): auto = on CPU.
   c.learner.split_step = "auto"
+  # Sort trajectories by length into this many parts, each cut to its longest (1: off).
+  c.learner.length_buckets = 2
   c.learner.optim = ml_collections.ConfigDict()
   c.learner.optim.learning_rate = 2e-4
   c.learner.optim.schedule = "constant"

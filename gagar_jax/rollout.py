@@ -299,6 +299,7 @@ class Arrays(NamedTuple):
     logprobs: float32 `[N, G, T]`, the sampling log-probs at those tokens, 0 elsewhere.
     rewards: float32 `[N, G]`; passed: bool `[N, G]`; valid: bool `[N, G]` (False at
       padding slots and at the groups dynamic sampling could not fill).
+    lengths: int32 `[N, G]`, tokens held per transcript (0 at padding).
   """
 
   tokens: np.ndarray
@@ -307,6 +308,7 @@ class Arrays(NamedTuple):
   rewards: np.ndarray
   passed: np.ndarray
   valid: np.ndarray
+  lengths: np.ndarray
 
 
 def to_arrays(
@@ -320,6 +322,7 @@ def to_arrays(
   rewards = np.zeros((num_groups, g), np.float32)
   passed = np.zeros((num_groups, g), bool)
   valid = np.zeros((num_groups, g), bool)
+  lengths = np.zeros((num_groups, g), np.int32)
   for n, group in enumerate(groups[:num_groups]):
     for i, t in enumerate(group):
       length = min(len(t.tokens), seq_len)
@@ -327,7 +330,8 @@ def to_arrays(
       mask[n, i, :length] = t.mask[:length]
       logps[n, i, :length] = t.logprobs[:length]
       rewards[n, i], passed[n, i], valid[n, i] = t.reward, t.passed, True
-  return Arrays(tokens, mask, logps, rewards, passed, valid)
+      lengths[n, i] = length
+  return Arrays(tokens, mask, logps, rewards, passed, valid, lengths)
 
 
 def sample_groups(

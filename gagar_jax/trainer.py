@@ -388,8 +388,9 @@ class Trainer:
         graded=shard(grades.graded),
       )
     t0 = time.perf_counter()
+    lengths = host.lengths if self.processes == 1 else None  # (host holds local groups)
     for _ in range(c.updates_per_batch):
-      state, m = learner.step(state, batch, on_policy)
+      state, m = learner.step(state, batch, on_policy, lengths)
     times["update_s"] = time.perf_counter() - t0
     if c.inspect.record:  # the group inspector's records (experiments/inspect_groups.py)
       self._record_groups(groups, host, rewards, ranks, grades)

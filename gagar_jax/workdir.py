@@ -49,6 +49,7 @@ SAFE_ON_RESUME = (
   "learner.micro_batches",
   "learner.split_step",
   "rollout.append_chunk",
+  "learner.length_buckets",
   "resume_override",
 )
 

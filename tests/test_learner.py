@@ -121,6 +121,47 @@ def test_on_policy_step_equals_a_step_after_a_logprob_pass(split, mesh1):
     assert mb[key] == pytest.approx(ma[key], rel=1e-5, abs=1e-7), key
 
 
+def test_bucket_plan_sorts_rows_and_rounds_each_bucket_up():
+  lengths = np.array([[300, 40], [130, 70], [448, 65], [10, 200]])
+  order, widths = step_lib.bucket_plan(lengths, 2, 448)
+  assert order.tolist() == [6, 1, 5, 3, 2, 7, 0, 4]  # 10 40 65 70 | 130 200 300 448
+  assert widths == (128, 448)
+  assert step_lib.bucket_plan(lengths, 4, 448)[1] == (64, 128, 256, 448)
+  assert step_lib.bucket_plan(lengths, 3, 448) is None  # 8 rows do not split in 3
+  assert step_lib.bucket_plan(lengths, 1, 448) is None
+  assert step_lib.bucket_plan(np.full((4, 2), 400), 2, 448) is None  # nothing to cut
+
+
+@pytest.mark.parametrize("agg, split", [("token_mean", "on"), ("seq_mean_token_sum_norm", "off")])
+def test_length_buckets_give_the_update_of_the_whole_batch(agg, split, mesh1):
+  # Trajectories of 5 to 192 tokens in a 192-token batch: sorted into 2 or 4 buckets cut
+  # to their longest, the update, loss and metrics equal those of the whole padded batch.
+  base = helpers.synthetic_batch(2, t=192)
+  rng = np.random.default_rng(0)
+  lengths = rng.integers(5, 120, base.valid.shape)
+  lengths[0, 0] = 192
+  assert step_lib.bucket_plan(lengths, 2, 192)[1] == (128, 192)
+  assert step_lib.bucket_plan(lengths, 4, 192)[1] == (64, 128, 128, 192)
+  live = np.arange(192)[None, None, :] < lengths[..., None]
+  batch = base._replace(tokens=np.where(live, base.tokens, 0), mask=base.mask & live)
+  out = {}
+  for buckets in (1, 2, 4):
+    learner = helpers.make_learner(
+      mesh1, split_step=split, length_buckets=buckets, loss={"agg": agg}
+    )
+    state = learner.init(0)
+    old = helpers.with_logprobs(learner, state, batch)
+    old = old._replace(old_logprobs=old.old_logprobs - 0.05 * live)  # ratios != 1
+    state, metrics = learner.step(state, old, lengths=lengths)
+    out[buckets] = (_params(state), metrics)
+  assert learner.train_step._cache_size() == 1
+  for buckets in (2, 4):
+    for a, b in zip(out[buckets][0], out[1][0], strict=True):
+      helpers.assert_params_close(a, b)
+    for key, value in out[1][1].items():
+      assert out[buckets][1][key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+
+
 def _preference_batch(n=4, g=4, t=12):
   """Every group: slots 0, 1 pass with tokens 10 / 11 at position 6, slots 2, 3 fail
   with token 12. The grader ranks token 10 above token 11."""

@@ -71,15 +71,19 @@ class Learner:
       tokens = sharding.shard_batch(np.asarray(tokens, np.int32), self.mesh, self.rules)
     return self._logprobs(params, tokens)
 
-  def step(self, state: train_state.TrainState, batch: step_lib.Batch, on_policy=False):
+  def step(
+    self, state: train_state.TrainState, batch: step_lib.Batch, on_policy=False, lengths=None
+  ):
     """One update; returns (new state, metrics as Python floats). Raises on non-finite.
 
     `on_policy`: the batch was sampled by `state.params` and this is its first update;
-    `batch.old_logprobs` is then not read (see `step.TrainStep`)."""
+    `batch.old_logprobs` is then not read. `lengths` (host `[N, G]`, tokens per
+    trajectory): lets the update skip padding (`learner.length_buckets`). See
+    `step.TrainStep`."""
     if not isinstance(batch.tokens, jax.Array) or batch.graded is None:
       batch = self.shard_batch(batch)
     step = int(state.step)
-    state, metrics = self.train_step(state, batch, on_policy)
+    state, metrics = self.train_step(state, batch, on_policy, lengths)
     metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
     step_lib.check_finite(metrics, step, state)
     return state, metrics

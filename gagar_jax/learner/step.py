@@ -14,7 +14,6 @@ Compiled once per run (fixed shapes, explicit in/out shardings, state donated).
 
 from __future__ import annotations
 
-import functools
 from typing import NamedTuple
 
 import jax
@@ -250,28 +249,73 @@ class TrainStep:
   `on_policy=True`: the batch was sampled by `state.params` and this is its first update,
   so the old log-probs are the current ones: the loss takes them from its own forward pass
   (under `stop_gradient`: ratio 1, the same gradient) and `batch.old_logprobs` is not
-  read, which spares the trainer a log-prob pass over the batch. Programs of both kinds
-  compile on first use.
+  read, which spares the trainer a log-prob pass over the batch.
+
+  `lengths` (`[N, G]` tokens per trajectory, host): with `buckets = k > 1`
+  (`learner.length_buckets`), the trajectories are sorted by length and the loss runs
+  over k equal parts, each cut to its own longest trajectory (`bucket_plan`): the same
+  loss and gradient over fewer padded positions. Programs compile per set of widths.
   """
 
-  def __init__(self, programs, backward=None):
-    # programs[on_policy] = (fused, forward or None)
-    self._programs, self._backward = programs, backward
-    self.fused = programs[False][0]
-    self.split = backward is not None
+  def __init__(self, fused, forward=None, backward=None, buckets: int = 1):
+    self.fused, self._forward, self._backward = fused, forward, backward
+    self.split = forward is not None
+    self.buckets = buckets
 
-  def __call__(self, state: TrainState, batch: Batch, on_policy: bool = False):
-    fused, forward = self._programs[bool(on_policy)]
+  def __call__(self, state: TrainState, batch: Batch, on_policy: bool = False, lengths=None):
+    rows = batch.tokens.shape[0] * batch.tokens.shape[1]
+    plan = None if lengths is None else bucket_plan(lengths, self.buckets, batch.tokens.shape[2])
+    order, widths = plan if plan is not None else (np.arange(rows, dtype=np.int32), None)
+    on_policy = bool(on_policy)
     if not self.split:
-      return fused(state, batch)
-    return self._backward(state, forward(state.params, batch))
+      return self.fused(state, batch, order, on_policy, widths)
+    return self._backward(state, self._forward(state.params, batch, order, on_policy, widths))
 
   def lower(self, state, batch):
-    return self.fused.lower(state, batch)
+    return self.fused.lower(state, batch, np.arange(batch.tokens.shape[0] * batch.tokens.shape[1]))
 
   def _cache_size(self) -> int:
-    jits = [p for pair in self._programs.values() for p in pair if p is not None]
-    return max(j._cache_size() for j in jits + ([self._backward] if self.split else []))
+    jits = [self.fused] + ([self._forward, self._backward] if self.split else [])
+    return max(j._cache_size() for j in jits)
+
+
+# Bucket widths are multiples of this (fewer programs than one per length).
+BUCKET_ROUND = 64
+
+
+def bucket_plan(lengths, buckets: int, width: int):
+  """(order, widths) for `TrainStep`: the rows (trajectories, flattened `[N * G]`) sorted
+  by length, and per bucket of `rows / buckets` consecutive sorted rows the width that
+  holds its longest (rounded up to `BUCKET_ROUND`, at most `width`). None when there is
+  nothing to gain (one bucket, rows that do not split evenly, or every width full)."""
+  flat = np.asarray(lengths).reshape(-1)
+  if buckets <= 1 or flat.size % buckets:
+    return None
+  order = np.argsort(flat, kind="stable").astype(np.int32)
+  size = flat.size // buckets
+  widths = []
+  for k in range(buckets):
+    longest = int(flat[order[(k + 1) * size - 1]])
+    widths.append(min(width, max(BUCKET_ROUND, -(-longest // BUCKET_ROUND) * BUCKET_ROUND)))
+  if all(w == width for w in widths):
+    return None
+  return order, tuple(widths)
+
+
+def _buckets(arrays, order, widths):
+  """`arrays` (rows first) as one part, or sorted by `order` and cut into the buckets of
+  `widths` (see `bucket_plan`)."""
+  if widths is None:
+    return [arrays]
+  size = arrays[0].shape[0] // len(widths)
+  ordered = [x[order] for x in arrays]
+  return [
+    tuple(
+      x[k * size : (k + 1) * size, :w] if x.ndim > 1 else x[k * size : (k + 1) * size]
+      for x in ordered
+    )
+    for k, w in enumerate(widths)
+  ]
 
 
 def resolve_split(split: str, micro_batches: int) -> bool:
@@ -294,10 +338,20 @@ def make_train_step(
   schedule = make_schedule(config.optim)
   m = config.micro_batches
 
-  def loss_fn(params, tokens, mask, old, ref, adv, denom, on_policy=False):
+  def loss_fn(params, parts, denom, on_policy=False):
+    """The loss over `parts`, each (tokens, mask, old, ref, adv) of some rows (one part,
+    or the length buckets of `bucket_plan`): losses and metrics add up, since every
+    part is normalised by the batch-wide `denom`."""
+    full_t = max(part[0].shape[1] for part in parts)
+    out = [part_loss(params, *part, denom, on_policy, full_t) for part in parts]
+    return jax.tree.map(lambda *xs: sum(xs[1:], xs[0]), *out)
+
+  def part_loss(params, tokens, mask, old, ref, adv, denom, on_policy, full_t):
     logp, entropy = token_logprobs(graphdef, params, tokens, with_entropy=True)
     if on_policy:  # sampled by these very parameters (see `TrainStep`)
       old = jax.lax.stop_gradient(logp)
+    # seq_mean_token_sum_norm divides by the untrimmed length (a bucket's is shorter).
+    max_tokens = loss_cfg.max_tokens or full_t
     pg, metrics = losses.ppo_clip_loss(
       logp,
       old,
@@ -307,14 +361,14 @@ def make_train_step(
       eps_high=loss_cfg.eps_high,
       dual_clip=loss_cfg.dual_clip,
       agg=loss_cfg.agg,
-      max_tokens=loss_cfg.max_tokens or None,
+      max_tokens=max_tokens,
       denom=denom,
     )
     kl = losses.aggregate(
       losses.kl_penalty(logp, ref, loss_cfg.kl),
       mask,
       loss_cfg.agg,
-      max_tokens=loss_cfg.max_tokens or None,
+      max_tokens=max_tokens,
       denom=denom,
     )
     total = pg + loss_cfg.kl_coef * kl
@@ -364,15 +418,16 @@ def make_train_step(
     )
     return new_state, metrics
 
-  def step(state: TrainState, batch: Batch, on_policy=False):
+  def step(state: TrainState, batch: Batch, order, on_policy=False, widths=None):
     arrays, denom, adv_metrics = inputs(batch)
     if m == 1:
-      (loss, metrics), grads = grad_fn(state.params, *arrays, denom, on_policy)
+      parts = _buckets(arrays, order, widths)
+      (loss, metrics), grads = grad_fn(state.params, parts, denom, on_policy)
     else:
       parts = [_micro_split(x, m) for x in arrays]
 
       def run(part):
-        (loss, metrics), grads = grad_fn(state.params, *part, denom, on_policy)
+        (loss, metrics), grads = grad_fn(state.params, [part], denom, on_policy)
         return loss, metrics, grads
 
       def accumulate(carry, part):
@@ -384,10 +439,11 @@ def make_train_step(
     metrics = dict(metrics, tokens=jnp.sum(arrays[1]).astype(jnp.float32))
     return update(state, loss, metrics, grads, adv_metrics, jnp.any(arrays[1]))
 
-  def forward(params, batch: Batch, on_policy=False):
+  def forward(params, batch: Batch, order, on_policy=False, widths=None):
     arrays, denom, adv_metrics = inputs(batch)
+    parts = _buckets(arrays, order, widths)
     loss, vjp_fn, metrics = jax.vjp(
-      lambda p: loss_fn(p, *arrays, denom, on_policy), params, has_aux=True
+      lambda p: loss_fn(p, parts, denom, on_policy), params, has_aux=True
     )
     metrics = dict(metrics, tokens=jnp.sum(arrays[1]).astype(jnp.float32))
     return loss, metrics, vjp_fn, adv_metrics, jnp.any(arrays[1])
@@ -398,26 +454,23 @@ def make_train_step(
     return update(state, loss, metrics, grads, adv_metrics, has_tokens)
 
   batch_sh = batch_shardings(mesh, rules)
+  order_sh = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
   split = resolve_split(config.split_step, m)
-  programs = {}
-  for on_policy in (False, True):
-    fused = jax.jit(
-      functools.partial(step, on_policy=on_policy),
-      in_shardings=(state_shardings, batch_sh),
-      out_shardings=(state_shardings, None),
-      donate_argnums=(0,),
-    )
-    forward_jit = None
-    if split:
-      forward_jit = jax.jit(
-        functools.partial(forward, on_policy=on_policy),
-        in_shardings=(state_shardings.params, batch_sh),
-      )
-    programs[on_policy] = (fused, forward_jit)
+  static = (3, 4)  # on_policy, widths
+  fused = jax.jit(
+    step,
+    in_shardings=(state_shardings, batch_sh, order_sh),
+    out_shardings=(state_shardings, None),
+    donate_argnums=(0,),
+    static_argnums=static,
+  )
   if not split:
-    return TrainStep(programs)
+    return TrainStep(fused, buckets=config.length_buckets if m == 1 else 1)
+  forward_jit = jax.jit(
+    forward, in_shardings=(state_shardings.params, batch_sh, order_sh), static_argnums=static
+  )
   backward_jit = jax.jit(backward, out_shardings=(state_shardings, None), donate_argnums=(0,))
-  return TrainStep(programs, backward_jit)
+  return TrainStep(fused, forward_jit, backward_jit, buckets=config.length_buckets)
 
 
 def batch_shardings(mesh, rules=None) -> Batch:
