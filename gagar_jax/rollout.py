@@ -6,8 +6,9 @@ the host parses the actions and applies them, running `test` actions in the
 sandbox pool in parallel; observations are appended to the cache; an episode
 ends on `submit`, on its turn budget or when its token budget would overflow (an
 episode whose prompt leaves no room for an action fails at once: finish "prompt").
-A finished episode's hidden-test evaluation is submitted to the sandbox pool at
-once, so it overlaps with the device decoding the episodes still running.
+A finished episode's hidden-test evaluation (and its quality signals) is submitted to
+the sandbox pool at once, so it overlaps with the device decoding the episodes still
+running.
 
 Dynamic sampling (DAPO): keep groups with both passing and failing
 trajectories; draw a fresh batch of tasks, up to `max_rounds`, until
@@ -170,10 +171,13 @@ class RolloutEngine:
     lengths = np.array([len(p) for p in prompts])
     evaluations = {}
 
+    def judge(ep):  # on the pool's threads, while the device decodes the others
+      return ep.task.evaluate(ep.files, self.pool), ep.task.signals(ep.files, ep.turns)
+
     def finish(i, how):
       trajs[i].finish = how
       trajs[i].files = episodes[i].files
-      evaluations[i] = self.pool.submit(episodes[i].task.evaluate, episodes[i].files, self.pool)
+      evaluations[i] = self.pool.submit(judge, episodes[i])
 
     for turn in range(c.max_turns):
       active = np.array([not ep.done for ep in episodes])
@@ -222,10 +226,9 @@ class RolloutEngine:
         ep.done = True
         finish(i, "turns")
     for i, future in evaluations.items():
-      result = future.result()
+      result, signals = future.result()
       trajs[i].passed, trajs[i].status = result.passed, result.status
-      # Quality signals where the suite has them (None: not applicable).
-      trajs[i].signals = trajs[i].task.signals(trajs[i].files, trajs[i].turns)
+      trajs[i].signals = signals  # quality signals where the suite has them (else None)
     return [trajs[k * g : (k + 1) * g] for k in range(len(tasks))]
 
   def collect(
