@@ -333,6 +333,10 @@ class Sampler:
   the rows it carries (each attends over its whole cache), and in agent turns a few
   long actions would otherwise keep every finished row in the loop. Greedy output is
   unchanged; sampled tokens depend on the batch layout (the noise is drawn per batch).
+  With `append_chunk=k > 0`, `append` runs new tokens in pieces of k over only the rows
+  that still hold tokens (observations of a few tokens beside one of 77 no longer pad
+  every row to 128). `prefill` runs each distinct prompt once when they are at most half
+  the rows (the episodes of a group share theirs).
   With a `mesh`, the cache and every per-row array are sharded along the logical
   `batch` axis (and kv heads along `kv_heads`), matching parameters laid out by
   `gagar_jax.sharding` with the same rules.
