@@ -134,15 +134,16 @@ def test_bucket_plan_sorts_rows_and_rounds_each_bucket_up():
 
 @pytest.mark.parametrize("agg, split", [("token_mean", "on"), ("seq_mean_token_sum_norm", "off")])
 def test_length_buckets_give_the_update_of_the_whole_batch(agg, split, mesh1):
-  # Trajectories of 5 to 192 tokens in a 192-token batch: sorted into 2 or 4 buckets cut
-  # to their longest, the update, loss and metrics equal those of the whole padded batch.
-  base = helpers.synthetic_batch(2, t=192)
+  # Trajectories of 5 to 150 tokens in a 256-token batch: sorted into 2 or 4 buckets cut
+  # to their longest (the widest short of 256, so seq_mean_token_sum_norm must still
+  # divide by 256), the update, loss and metrics equal those of the whole padded batch.
+  base = helpers.synthetic_batch(2, t=256)
   rng = np.random.default_rng(0)
   lengths = rng.integers(5, 120, base.valid.shape)
-  lengths[0, 0] = 192
-  assert step_lib.bucket_plan(lengths, 2, 192)[1] == (128, 192)
-  assert step_lib.bucket_plan(lengths, 4, 192)[1] == (64, 128, 128, 192)
-  live = np.arange(192)[None, None, :] < lengths[..., None]
+  lengths[0, 0] = 150
+  assert step_lib.bucket_plan(lengths, 2, 256)[1] == (128, 192)
+  assert step_lib.bucket_plan(lengths, 4, 256)[1] == (64, 128, 128, 192)
+  live = np.arange(256)[None, None, :] < lengths[..., None]
   batch = base._replace(tokens=np.where(live, base.tokens, 0), mask=base.mask & live)
   out = {}
   for buckets in (1, 2, 4):

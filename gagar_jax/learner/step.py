@@ -338,11 +338,10 @@ def make_train_step(
   schedule = make_schedule(config.optim)
   m = config.micro_batches
 
-  def loss_fn(params, parts, denom, on_policy=False):
+  def loss_fn(params, parts, denom, on_policy, full_t):
     """The loss over `parts`, each (tokens, mask, old, ref, adv) of some rows (one part,
     or the length buckets of `bucket_plan`): losses and metrics add up, since every
-    part is normalised by the batch-wide `denom`."""
-    full_t = max(part[0].shape[1] for part in parts)
+    part is normalised by the batch-wide `denom`; `full_t` is the batch's own length."""
     out = [part_loss(params, *part, denom, on_policy, full_t) for part in parts]
     return jax.tree.map(lambda *xs: sum(xs[1:], xs[0]), *out)
 
@@ -420,14 +419,15 @@ def make_train_step(
 
   def step(state: TrainState, batch: Batch, order, on_policy=False, widths=None):
     arrays, denom, adv_metrics = inputs(batch)
+    full_t = arrays[0].shape[-1]
     if m == 1:
       parts = _buckets(arrays, order, widths)
-      (loss, metrics), grads = grad_fn(state.params, parts, denom, on_policy)
+      (loss, metrics), grads = grad_fn(state.params, parts, denom, on_policy, full_t)
     else:
       parts = [_micro_split(x, m) for x in arrays]
 
       def run(part):
-        (loss, metrics), grads = grad_fn(state.params, [part], denom, on_policy)
+        (loss, metrics), grads = grad_fn(state.params, [part], denom, on_policy, full_t)
         return loss, metrics, grads
 
       def accumulate(carry, part):
@@ -441,9 +441,9 @@ def make_train_step(
 
   def forward(params, batch: Batch, order, on_policy=False, widths=None):
     arrays, denom, adv_metrics = inputs(batch)
-    parts = _buckets(arrays, order, widths)
+    parts, full_t = _buckets(arrays, order, widths), arrays[0].shape[-1]
     loss, vjp_fn, metrics = jax.vjp(
-      lambda p: loss_fn(p, parts, denom, on_policy), params, has_aux=True
+      lambda p: loss_fn(p, parts, denom, on_policy, full_t), params, has_aux=True
     )
     metrics = dict(metrics, tokens=jnp.sum(arrays[1]).astype(jnp.float32))
     return loss, metrics, vjp_fn, adv_metrics, jnp.any(arrays[1])
