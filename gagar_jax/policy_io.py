@@ -6,7 +6,9 @@ A *policy folder* holds `tokenizer/` (with its chat template), `model.json` and
 way, in assets/pre_rl). An *HF folder* holds a Qwen2 / Llama `config.json`,
 `model.safetensors` (or shards with `model.safetensors.index.json`), `tokenizer.json`,
 `tokenizer_config.json` and a chat template (in it, or in `chat_template.jinja`);
-`export_hf` (`experiments/export_hf.py`) writes one from a policy.
+`export_hf` (`experiments/export_hf.py`) writes one from a policy. A *GGUF file*
+(llama.cpp's single-file format, `models/gguf_import.py`) holds the same in one file,
+its weights quantized; they are dequantized to float32 as they are read.
 
 `open_policy` reads and checks everything but the weights (so a config error comes
 before any compute); `load` then reads the weights, straight into the sharded layout
@@ -27,7 +29,7 @@ from safetensors.numpy import save_file
 
 from gagar_jax import files
 from gagar_jax.errors import ConfigError, InputError
-from gagar_jax.models import chat_template, hf_import, tokenizers, transformer
+from gagar_jax.models import chat_template, gguf_import, hf_import, tokenizers, transformer
 
 SHAPE_FIELDS = ("embed_dim", "num_layers", "num_heads", "num_kv_heads", "head_dim", "mlp_dim")
 # What a config may change on an HF checkpoint (numerics and a shorter context).
@@ -42,16 +44,21 @@ class Policy:
   """A policy folder opened without its weights (see `open_policy`)."""
 
   path: str
-  kind: str  # "policy" or "hf"
+  kind: str  # "policy", "hf" or "gguf"
   tok: tokenizers.HFTokenizer
   model_config: transformer.ModelConfig
+  gguf: gguf_import.Checkpoint | None = None  # the opened file, for kind "gguf"
 
 
 def kind(path: str, field: str = "init_from") -> str:
-  """ "policy" or "hf"; a ConfigError (naming `field`, the flag or config field that gave
-  the path) saying what is missing for a folder of neither kind."""
+  """ "policy", "hf" or "gguf"; a ConfigError (naming `field`, the flag or config field
+  that gave the path) saying what is missing for a path of none of these kinds."""
+  if os.path.isfile(path) and (path.endswith(".gguf") or gguf_import.is_gguf(path)):
+    return "gguf"
   if not os.path.isdir(path):
-    what = "does not exist" if not os.path.exists(path) else "is a file, not a folder"
+    what = (
+      "does not exist" if not os.path.exists(path) else "is a file, not a folder (nor a .gguf file)"
+    )
     raise ConfigError(field, f"{path!r} {what}")
   has = set(os.listdir(path))
   if "params.safetensors" in has:
@@ -71,23 +78,30 @@ def kind(path: str, field: str = "init_from") -> str:
   raise ConfigError(
     field,
     f"{path!r} is neither a policy folder (params.safetensors, model.json, tokenizer/) "
-    "nor a Hugging Face folder (config.json, model.safetensors, tokenizer.json); "
+    "nor a Hugging Face folder (config.json, model.safetensors, tokenizer.json) "
+    "nor a .gguf file; "
     "make a policy with experiments/sft.py --export=DIR",
   )
 
 
-def _hf_model_config(path: str, overrides, preset, field) -> transformer.ModelConfig:
-  """The checkpoint's shape; `overrides` (config.model) may set only SAFE_OVERRIDES.
-
-  Fields of `overrides` equal to the size `preset` they came from are not the user's
-  (the presets describe the project's policies) and are ignored.
-  """
+def _read_hf_config(path: str, field: str) -> transformer.ModelConfig:
   try:
-    saved = hf_import.read_config(path)
+    return hf_import.read_config(path)
   except InputError:
     raise
   except (ValueError, KeyError) as e:
     raise ConfigError(field, f"{path}/config.json: {e}") from None
+
+
+def _checkpoint_model_config(
+  saved: transformer.ModelConfig, path: str, overrides, preset
+) -> transformer.ModelConfig:
+  """An imported checkpoint's shape `saved` (read from file `path`); `overrides`
+  (config.model) may set only SAFE_OVERRIDES.
+
+  Fields of `overrides` equal to the size `preset` they came from are not the user's
+  (the presets describe the project's policies) and are ignored.
+  """
   fields = {f: getattr(saved, f) for f in saved.__dataclass_fields__}
   for field, value in dict(overrides or {}).items():
     if field in RUNTIME_FIELDS:
@@ -101,13 +115,13 @@ def _hf_model_config(path: str, overrides, preset, field) -> transformer.ModelCo
     if field not in SAFE_OVERRIDES:
       raise ConfigError(
         f"model.{field}",
-        f"{value!r} contradicts the checkpoint {path}/config.json ({fields[field]!r}); "
-        f"with an HF init_from only {', '.join(SAFE_OVERRIDES)} may be set",
+        f"{value!r} contradicts the checkpoint {path} ({fields[field]!r}); "
+        f"with an imported init_from only {', '.join(SAFE_OVERRIDES)} may be set",
       )
     if field == "max_seq_len" and value > fields[field]:
       raise ConfigError(
         "model.max_seq_len",
-        f"{value} exceeds the checkpoint's max_position_embeddings={fields[field]}",
+        f"{value} exceeds the checkpoint's {fields[field]} positions ({path})",
       )
     fields[field] = value
   return transformer.ModelConfig.from_dict(fields)
@@ -128,15 +142,24 @@ def open_policy(
     field: the flag or config field that named `path` (in error messages).
   """
   what = kind(path, field)
+  checkpoint = None
+  if what == "gguf":
+    checkpoint = gguf_import.open_file(path)  # header only: a damaged file fails here
+    tok = _read_tokenizer(lambda: checkpoint.tokenizer(chat_template_spec), path, field)
+    if tok.template is None:
+      raise ConfigError(
+        "chat_template",
+        f"{path} has no tokenizer.chat_template; set config.chat_template to a .jinja file",
+      )
+    saved = checkpoint.config
+    model_config = _checkpoint_model_config(saved, path, model_overrides, preset)
+    return _checked(Policy(path, what, tok, model_config, checkpoint), field)
   tok_dir = os.path.join(path, "tokenizer") if what == "policy" else path
-  try:
-    tok = tokenizers.HFTokenizer.from_file(tok_dir, chat_template=chat_template_spec)
-  except chat_template.TemplateError as e:
-    raise ConfigError("chat_template", str(e)) from None
-  except InputError:
-    raise
-  except (ValueError, OSError) as e:
-    raise ConfigError(field, f"tokenizer of {path}: {e}") from None
+  tok = _read_tokenizer(
+    lambda: tokenizers.HFTokenizer.from_file(tok_dir, chat_template=chat_template_spec),
+    path,
+    field,
+  )
   if tok.template is None:
     raise ConfigError(
       "chat_template",
@@ -162,14 +185,33 @@ def open_policy(
     except ConfigError as e:
       raise InputError(os.path.join(path, "model.json"), str(e)) from None
   else:
-    model_config = _hf_model_config(path, model_overrides, preset, field)
+    saved = _read_hf_config(path, field)
+    where = os.path.join(path, "config.json")
+    model_config = _checkpoint_model_config(saved, where, model_overrides, preset)
+  return _checked(Policy(path, what, tok, model_config), field)
+
+
+def _read_tokenizer(read, path: str, field: str):
+  try:
+    return read()
+  except chat_template.TemplateError as e:
+    raise ConfigError("chat_template", str(e)) from None
+  except InputError:
+    raise
+  except (ValueError, OSError) as e:
+    raise ConfigError(field, f"tokenizer of {path}: {e}") from None
+
+
+def _checked(policy: Policy, field: str) -> Policy:
+  """`policy`, once its tokenizer is known to fit its embedding."""
+  tok, model_config, path = policy.tok, policy.model_config, policy.path
   if tok.vocab_size > model_config.vocab_size:
     raise ConfigError(
       field,
       f"the tokenizer of {path} has {tok.vocab_size} tokens but the embedding only "
       f"{model_config.vocab_size} rows",
     )
-  return Policy(path, what, tok, model_config)
+  return policy
 
 
 def open_from_config(config) -> Policy:
@@ -190,6 +232,8 @@ def open_from_config(config) -> Policy:
 
 def load_weights(policy: Policy, *, mesh=None, rules=None) -> nnx.State:
   """The parameters of an opened policy (host arrays, or sharded over `mesh`)."""
+  if policy.kind == "gguf":
+    return policy.gguf.load_params(policy.model_config, mesh=mesh, rules=rules)
   if policy.kind == "hf":
     return hf_import.load_params(policy.path, policy.model_config, mesh=mesh, rules=rules)
   _, abstract = transformer.abstract(policy.model_config)
@@ -257,12 +301,14 @@ def export_hf(path: str, tok, model_config: transformer.ModelConfig, params) -> 
 
 
 def fingerprint(path: str) -> str:
-  """sha256 of the folder's weight files: tells whether a warm start changed."""
-  names = _weight_files(path, kind(path))
+  """sha256 of the weight files (a GGUF: the file): tells whether a warm start changed."""
+  what = kind(path)
+  names = _weight_files(path, what) if what != "gguf" else [os.path.basename(path)]
+  folder = path if what != "gguf" else os.path.dirname(path)
   h = hashlib.sha256()
   for name in names:
     h.update(name.encode())
-    with open(os.path.join(path, name), "rb") as f:
+    with open(os.path.join(folder, name), "rb") as f:
       for chunk in iter(lambda: f.read(1 << 20), b""):
         h.update(chunk)
   return h.hexdigest()

@@ -65,7 +65,7 @@ def _cases(rl, tmp):
     ),
     (
       ["evaluate.py", "--policy=assets/pre_rl/model.json"],
-      "policy: 'assets/pre_rl/model.json' is a file, not a folder",
+      "policy: 'assets/pre_rl/model.json' is a file, not a folder (nor a .gguf file)",
     ),
     (
       ["evaluate.py", "--policy=assets/pre_rl", f"--out={tmp / 'taken.json'}"],

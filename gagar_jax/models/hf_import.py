@@ -178,12 +178,19 @@ def read_config(path: str, *, dtype: str = "float32", param_dtype: str = "float3
 
 
 def load_params(
-  path: str, config: transformer.ModelConfig, *, mesh: jax.sharding.Mesh | None = None, rules=None
+  path: str,
+  config: transformer.ModelConfig,
+  *,
+  mesh: jax.sharding.Mesh | None = None,
+  rules=None,
+  weights=None,
 ) -> nnx.State:
   """The parameters of HF folder `path` as an `nnx.State` of `config`'s shape.
 
   With `mesh`, each tensor is placed in its sharded layout as it is read (host
   arrays otherwise). Every parameter must be found and every checkpoint tensor used.
+  `weights` replaces the folder's safetensors as the source of HF-named tensors (an
+  object with `get(name)` and `unused()`, as `gguf_import` gives).
   """
   _, state = transformer.abstract(config)
   shardings = None
@@ -191,7 +198,7 @@ def load_params(
     from gagar_jax import sharding as sharding_lib
 
     shardings = sharding_lib.param_shardings(state, mesh, rules)
-  weights = _Weights(path)
+  weights = weights if weights is not None else _Weights(path)
   table = _converters(config)
   flat = dict(nnx.to_flat_state(state))
   flat_shardings = dict(nnx.to_flat_state(shardings)) if shardings is not None else {}
