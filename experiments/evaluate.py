@@ -9,7 +9,17 @@
     python experiments/evaluate.py --policy=runs/x/policy --world=pressure \\
         --seeds=3000000:3000256 --samples=8
 
-`--policy` is a policy folder or a Hugging Face folder. Every task of the split (or the
+    # HumanEval by the published protocols (all 164 problems, greedy pass@1):
+    python experiments/evaluate.py --policy=SmolLM2-135M-Instruct.Q4_1.gguf \
+        --suite=humaneval --mode=instruct --split=all --samples=1 --temperature=0
+
+`--policy` is a policy folder, a Hugging Face folder or a GGUF file. `--mode`: `agentic`
+(the default) runs the suite's episodes; `completion` and `instruct` are HumanEval's
+standard protocols (`gagar_jax/standard_eval.py`: the prompt continued as is, or a chat
+request answered in a code block, 384 new tokens, each program run against the problem's
+`check`); they also take `--split=all`, and write every answer to `samples.jsonl`.
+
+In agentic mode every task of the split (or the
 first `--tasks`) is attempted `--samples` times at `--temperature`; pass@k for every k in
 1..samples is the unbiased estimator of Chen et al. (2021) averaged over tasks, with its
 standard error across tasks. Quality signals of passing samples are reported where the
@@ -22,6 +32,7 @@ counted in `prompt_too_long`. Writes `eval.json` and `eval.md` to `--out`; `eval
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -33,14 +44,27 @@ import numpy as np
 from absl import flags, logging
 
 from configs import common
-from gagar_jax import cli, evaluation, policy_io, rollout, suites
+from gagar_jax import cli, evaluation, policy_io, rollout, standard_eval, suites
 from gagar_jax import workdir as workdir_lib
 from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
 from gagar_jax.errors import ConfigError
 
-_POLICY = flags.DEFINE_string("policy", None, "A policy folder or a Hugging Face folder.")
+_POLICY = flags.DEFINE_string(
+  "policy", None, "A policy folder, a Hugging Face folder or a .gguf file."
+)
 _SUITE = flags.DEFINE_string("suite", "minirepo", f"One of {tuple(suites.REGISTRY)}.")
-_SPLIT = flags.DEFINE_string("split", "test", f"One of {suites.SPLITS}.")
+_SPLIT = flags.DEFINE_string(
+  "split", "test", f"One of {suites.SPLITS}; 'all' too with --mode=completion|instruct."
+)
+_MODE = flags.DEFINE_enum(
+  "mode",
+  "agentic",
+  ("agentic", *standard_eval.MODES),
+  "agentic: the suite's episodes; completion | instruct: HumanEval's standard protocols.",
+)
+_MAX_NEW = flags.DEFINE_integer(
+  "max_new_tokens", standard_eval.MAX_NEW_TOKENS, "completion | instruct: new tokens per answer."
+)
 _SAMPLES = flags.DEFINE_integer("samples", 8, "Samples per task (pass@k for k <= samples).")
 _TASKS = flags.DEFINE_integer("tasks", 0, "Evaluate the first N tasks of the split (0: all).")
 _BATCH = flags.DEFINE_integer("batch_tasks", 8, "Tasks per rollout batch.")
@@ -81,13 +105,9 @@ def progress(done: int, total: int, start: float, note: str = "") -> None:
 
 def summarize(groups, samples: int) -> dict:
   """pass@k (unbiased, mean and standard error over tasks), tokens, quality."""
-  n_pass = np.array([sum(t.passed for t in g) for g in groups])
+  n_pass = [sum(t.passed for t in g) for g in groups]
   out = {"tasks": len(groups), "samples": samples}
-  for k in range(1, samples + 1):
-    per_task = np.array([evaluation.pass_at_k(samples, int(c), k) for c in n_pass])
-    out[f"pass@{k}"] = float(per_task.mean())
-    se = per_task.std(ddof=1) / np.sqrt(len(per_task)) if len(per_task) > 1 else float("nan")
-    out[f"pass@{k}_se"] = float(se)
+  out.update(evaluation.pass_at_k_summary(n_pass, samples))
   flat = [t for g in groups for t in g]
   out["episode_tokens"] = float(np.mean([len(t.tokens) for t in flat]))
   out["policy_tokens"] = float(np.mean([sum(t.mask) for t in flat]))
@@ -101,7 +121,9 @@ def summarize(groups, samples: int) -> dict:
 def markdown(result: dict) -> str:
   s = result["samples"]
   lines = [
-    f"# {result['suite']} {result['split']}: {result['policy']}",
+    f"# {result['suite']} {result['split']}"
+    + (f" ({result['mode']})" if result.get("mode", "agentic") != "agentic" else "")
+    + f": {result['policy']}",
     "",
     f"{result['tasks']} tasks x {s} samples at temperature {result['temperature']}; "
     f"{result['seconds']:.0f} s. pass@k is the unbiased estimator (Chen et al. 2021), "
@@ -113,6 +135,15 @@ def markdown(result: dict) -> str:
   lines += [
     f"| {k} | {result[f'pass@{k}']:.3f} | {result[f'pass@{k}_se']:.3f} |" for k in range(1, s + 1)
   ]
+  if result.get("mode", "agentic") != "agentic":
+    finish = ", ".join(f"{k} {v:.1%}" for k, v in result["finish"].items())
+    lines += [
+      "",
+      f"The {result['mode']} protocol (gagar_jax/standard_eval.py), at most "
+      f"{result['max_new_tokens']} new tokens: {result['episode_tokens']:.0f} on average; "
+      f"answers ended by {finish}. Every answer is in samples.jsonl.",
+    ]
+    return "\n".join(lines) + "\n"
   lines += [
     "",
     f"Mean episode tokens {result['episode_tokens']:.0f} (policy tokens "
@@ -155,19 +186,121 @@ def seed_range_tasks(section) -> list:
 
 
 def output_folder() -> str:
-  """`--out`, or runs/eval/<policy>_<suite>_<split or seeds>."""
+  """`--out`, or runs/eval/<policy>_<suite>_<split or seeds>[_<mode>]."""
   name = os.path.basename(os.path.normpath(_POLICY.value))
   where = _SEEDS.value.replace(":", "-") if _SEEDS.value else _SPLIT.value
-  return _OUT.value or os.path.join("runs", "eval", f"{name}_{_SUITE.value}_{where}")
+  mode = "" if _MODE.value == "agentic" else f"_{_MODE.value}"
+  return _OUT.value or os.path.join("runs", "eval", f"{name}_{_SUITE.value}_{where}{mode}")
+
+
+def write_outputs(out: str, result: dict) -> None:
+  os.makedirs(out, exist_ok=True)
+  with open(os.path.join(out, "eval.json"), "w") as f:
+    json.dump(result, f, indent=2)
+  with open(os.path.join(out, "eval.md"), "w") as f:
+    f.write(markdown(result))
+  ks = [k for k in (1, 2, 4, 8, 10, 16) if k <= _SAMPLES.value]
+  print(
+    "[eval] done: "
+    + ", ".join(f"pass@{k} {result[f'pass@{k}']:.3f}" for k in ks)
+    + f"; tokens {result['episode_tokens']:.0f}; outputs in {out}",
+    flush=True,
+  )
+
+
+def run_standard() -> dict:
+  """HumanEval by `--mode=completion|instruct` (see `gagar_jax/standard_eval.py`)."""
+  from gagar_jax.envs import humaneval
+
+  if _SUITE.value != "humaneval":
+    raise ConfigError("mode", f"{_MODE.value} is a HumanEval protocol; use --suite=humaneval")
+  for name in ("seeds", "world", "max_turns", "max_episode_tokens", "system_prompt"):
+    if flags.FLAGS[name].present:
+      raise ConfigError(name, f"applies to --mode=agentic only, not {_MODE.value}")
+  if _SPLIT.value != "all":
+    suites.check_split(_SPLIT.value, "split")
+  if _MAX_NEW.value < 1:
+    raise ConfigError("max_new_tokens", f"must be >= 1, got {_MAX_NEW.value}")
+  out = output_folder()
+  workdir_lib.check_output_folder(out, "out", keeps=("eval.json",))
+  policy = policy_io.open_policy(_POLICY.value, chat_template_spec=_TEMPLATE.value, field="policy")
+  section = common.suite_config("humaneval")
+  tasks = humaneval.load_tasks(
+    section.humaneval.get("problems", ""), None if _SPLIT.value == "all" else _SPLIT.value
+  )
+  tasks = tasks[: _TASKS.value or len(tasks)]
+  params = jax.device_put(policy_io.load_weights(policy))
+  print(
+    f"[eval] {policy.kind} {_POLICY.value} ({policy.model_config.num_params() / 1e6:.1f}M "
+    f"params) on HumanEval/{_SPLIT.value} by the {_MODE.value} protocol: {len(tasks)} tasks x "
+    f"{_SAMPLES.value} samples at temperature {_TEMPERATURE.value}",
+    flush=True,
+  )
+  start = time.time()
+
+  def report(done, total, results):
+    rate = np.mean([s.passed for g in results for s in g])
+    progress(done, total, start, f"(pass@1 so far {rate:.3f})")
+
+  batch_rows = (
+    _BATCH.value * _SAMPLES.value
+    if flags.FLAGS["batch_tasks"].present
+    else standard_eval.BATCH_ROWS
+  )
+  with SandboxPool(SandboxConfig.for_rollouts(_WORKERS.value)) as pool:
+    groups = standard_eval.run(
+      policy,
+      params,
+      tasks,
+      _MODE.value,
+      samples=_SAMPLES.value,
+      temperature=_TEMPERATURE.value,
+      pool=pool,
+      seed=_SEED.value,
+      max_new_tokens=_MAX_NEW.value,
+      batch_rows=batch_rows,
+      progress=report,
+    )
+  flat = [s for g in groups for s in g]
+  finishes = [s.finish for s in flat]
+  result = {
+    "policy": _POLICY.value,
+    "kind": policy.kind,
+    "suite": "humaneval",
+    "split": _SPLIT.value,
+    "mode": _MODE.value,
+    "temperature": _TEMPERATURE.value,
+    "max_new_tokens": _MAX_NEW.value,
+    "tasks": len(groups),
+    "samples": _SAMPLES.value,
+    **evaluation.pass_at_k_summary([sum(s.passed for s in g) for g in groups], _SAMPLES.value),
+    "episode_tokens": float(np.mean([s.new_tokens for s in flat])),
+    "finish": {f: finishes.count(f) / len(flat) for f in sorted(set(finishes))},
+    "per_task": [
+      {"task_id": g[0].task_id, "samples": len(g), "passed": int(sum(s.passed for s in g))}
+      for g in groups
+    ],
+    "seconds": time.time() - start,
+    "command": " ".join(sys.argv),
+  }
+  write_outputs(out, result)
+  with open(os.path.join(out, "samples.jsonl"), "w") as f:
+    for s in flat:
+      f.write(json.dumps(dataclasses.asdict(s)) + "\n")
+  return result
 
 
 def run() -> dict:
-  suites.get(_SUITE.value, "suite")
-  suites.check_split(_SPLIT.value, "split")
   if _SAMPLES.value < 1:
     raise ConfigError("samples", f"must be >= 1, got {_SAMPLES.value}")
   if _TASKS.value < 0 or _BATCH.value < 1:
     raise ConfigError("tasks" if _TASKS.value < 0 else "batch_tasks", "must be positive")
+  suites.get(_SUITE.value, "suite")
+  if _MODE.value != "agentic":
+    return run_standard()
+  if _SPLIT.value == "all":
+    raise ConfigError("split", "'all' is for --mode=completion|instruct; agentic runs one split")
+  suites.check_split(_SPLIT.value, "split")
   if _SEEDS.value and flags.FLAGS["split"].present:
     raise ConfigError("split", "--seeds generates its own tasks; give --split or --seeds, not both")
   out = output_folder()  # checked now, written after the evaluation
@@ -234,18 +367,7 @@ def run() -> dict:
     "seconds": time.time() - start,
     "command": " ".join(sys.argv),
   }
-  os.makedirs(out, exist_ok=True)
-  with open(os.path.join(out, "eval.json"), "w") as f:
-    json.dump(result, f, indent=2)
-  with open(os.path.join(out, "eval.md"), "w") as f:
-    f.write(markdown(result))
-  ks = [k for k in (1, 2, 4, 8, 16) if k <= _SAMPLES.value]
-  print(
-    "[eval] done: "
-    + ", ".join(f"pass@{k} {result[f'pass@{k}']:.3f}" for k in ks)
-    + f"; tokens {result['episode_tokens']:.0f}; outputs in {out}",
-    flush=True,
-  )
+  write_outputs(out, result)
   return result
 
 

@@ -25,6 +25,18 @@ def pass_at_k(n: int, c: int, k: int) -> float:
   return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
 
 
+def pass_at_k_summary(passed: Sequence[int], samples: int) -> dict[str, float]:
+  """`pass@k` for k in 1..samples (the unbiased estimator averaged over tasks, `passed`
+  holding each task's passing samples) and `pass@k_se`, its standard error over tasks."""
+  out = {}
+  for k in range(1, samples + 1):
+    per_task = np.array([pass_at_k(samples, int(c), k) for c in passed])
+    out[f"pass@{k}"] = float(per_task.mean())
+    se = per_task.std(ddof=1) / np.sqrt(len(per_task)) if len(per_task) > 1 else float("nan")
+    out[f"pass@{k}_se"] = float(se)
+  return out
+
+
 def quality_metrics(trajectories: Sequence) -> dict[str, float]:
   """Habit shares of the passing trajectories that have quality signals ({} if none)."""
   winners = [t for t in trajectories if t.passed and t.signals is not None]

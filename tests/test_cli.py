@@ -75,6 +75,14 @@ def _cases(rl, tmp):
       ["evaluate.py", "--policy=assets/pre_rl", "--seeds=3000000:3000002", "--split=test"],
       "split: --seeds generates its own tasks",
     ),
+    (
+      ["evaluate.py", "--policy=assets/pre_rl", "--mode=instruct"],
+      "mode: instruct is a HumanEval protocol; use --suite=humaneval",
+    ),
+    (
+      ["evaluate.py", "--policy=assets/pre_rl", "--suite=humaneval", "--split=all"],
+      "split: 'all' is for --mode=completion|instruct",
+    ),
   ]
 
 
