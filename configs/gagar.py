@@ -59,8 +59,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # Where TFDS datasets are built and read.
   c.data_dir = "data/tfds"
   # Pre-RL policy: a policy folder (tokenizer/, model.json, params.safetensors; what
-  # experiments/sft.py --export writes; the repository ships assets/pre_rl) or a Hugging
-  # Face Qwen2 / Llama folder (config.json, safetensors, tokenizer.json + chat template).
+  # experiments/sft.py --export writes; the repository ships assets/pre_rl), a Hugging
+  # Face Qwen2 / Llama folder (config.json, safetensors, tokenizer.json + chat template)
+  # or a llama.cpp GGUF file of one.
   c.init_from = "assets/pre_rl"
   # A chat template (.jinja file or Jinja text) replacing the checkpoint's ("" = its own).
   c.chat_template = ""
@@ -68,9 +69,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.steps = 40
   # Groups (tasks) per step; each holds rollout.group_size trajectories.
   c.num_groups = 8
-  # Model shape preset; must match a policy-folder warm start (vocab_size comes from its
-  # tokenizer). With an HF init_from every shape field comes from its config.json and
-  # only dtype, param_dtype and max_seq_len may be changed here.
+  # Model shape preset. The shape is the warm start's (vocab_size from its tokenizer); a
+  # field set apart from the preset must match a policy folder's, and with an HF folder
+  # or GGUF init_from only dtype, param_dtype and max_seq_len may be changed here.
   c.model_preset = size
   c.model = model_sizes.get_config(size)
   c.mesh = common.mesh_config()

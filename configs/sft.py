@@ -29,13 +29,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.data_dir = "data/tfds"
   # Stop training after this many minutes even if sft.steps is not reached (0 = no limit).
   c.time_budget_minutes = 0.0
-  # Start from this policy or Hugging Face folder ("" = random weights and a BPE trained
-  # on the demonstrations). With an HF folder the model shape and tokenizer are its own.
+  # Start from this policy folder, Hugging Face folder or GGUF file ("" = random weights
+  # and a BPE trained on the demonstrations). With an HF folder or GGUF file the model
+  # shape and tokenizer are its own.
   c.init_from = ""
   # A chat template (.jinja file or Jinja text) replacing the checkpoint's ("" = its own).
   c.chat_template = ""
   # Model shape preset (configs/model_sizes.py); vocab_size follows the tokenizer. With an
-  # HF init_from only dtype, param_dtype and max_seq_len may differ from its config.json.
+  # HF or GGUF init_from only dtype, param_dtype and max_seq_len may differ from its own.
   c.model_preset = args.size
   c.model = model_sizes.get_config(args.size)
   # BPE vocabulary trained on the demonstrations (bytes + specials + merges).

@@ -27,7 +27,8 @@ suite has them (MiniRepo), "n/a" where it has none (HumanEval). An episode whose
 does not fit `--max_episode_tokens` (default: the model's max_seq_len) fails and is
 counted in `prompt_too_long`. Writes `eval.json` and `eval.md` to `--out`; `eval.json`'s
 `per_task` holds each task's pass count and, among its passing samples, the habit counts
-(for paired comparisons and bootstraps over tasks).
+(for paired comparisons and bootstraps over tasks); `episodes.jsonl` each task's first
+episode (its actions, observations and whole text).
 """
 
 from __future__ import annotations
@@ -368,6 +369,17 @@ def run() -> dict:
     "command": " ".join(sys.argv),
   }
   write_outputs(out, result)
+  with open(os.path.join(out, "episodes.jsonl"), "w") as f:
+    for g in groups:  # each task's first episode, as the policy saw and wrote it
+      t = g[0]
+      record = {
+        "task_id": t.task.task_id,
+        "passed": t.passed,
+        "finish": t.finish,
+        "turns": [{"action": x.action, "observation": x.observation} for x in t.turns],
+        "text": policy.tok.decode(t.tokens),
+      }
+      f.write(json.dumps(record) + "\n")
   return result
 
 

@@ -135,8 +135,8 @@ def open_policy(
   Args:
     path: the folder.
     model_overrides: the experiment's `config.model`. A policy folder's shape must
-      agree with it; an HF folder's shape comes from its config.json, and the
-      overrides may change only SAFE_OVERRIDES.
+      agree with the fields the user set in it; an HF folder's or GGUF file's shape
+      comes from the checkpoint, and the overrides may change only SAFE_OVERRIDES.
     preset: the size preset `config.model` came from (a dict), if any.
     chat_template_spec: a template to use instead of the folder's (`.jinja` path or text).
     field: the flag or config field that named `path` (in error messages).
@@ -170,8 +170,10 @@ def open_policy(
     files.check_safetensors(os.path.join(path, name))
   if what == "policy":
     saved = read_model_config(path)
-    for key in SHAPE_FIELDS:
+    for key in SHAPE_FIELDS:  # a size preset's values are not the user's (as below)
       given = model_overrides is not None and key in model_overrides
+      if given and preset is not None and preset.get(key) == model_overrides[key]:
+        continue
       if given and model_overrides[key] != saved[key]:
         raise ConfigError(
           f"model.{key}",

@@ -359,6 +359,7 @@ def fit(
   )
   step = first_step = logged = int(state.step)
   train_start, losses, finished = time.time(), [], False
+  last_line = train_start
   stop = cli.GracefulStop(f"[{tag}]").install()
   try:
     while step < sft_config.steps and time.time() - start < budget:
@@ -367,7 +368,8 @@ def fit(
       step = int(state.step)
       losses.append(m["action_nll"])
       writer.write(step, m, prefix="sft")
-      if step % 50 == 0:
+      if step % 50 == 0 or time.time() - last_line > 30:  # slow models: every 30 s
+        last_line = time.time()
         rate = (time.time() - train_start) / max(step - first_step, 1)
         eta = min((sft_config.steps - step) * rate, budget - (time.time() - start))
         print(
