@@ -222,3 +222,30 @@ def test_fingerprint_and_export_of_a_gguf_policy(qwen_gguf, tmp_path):
   assert tok2.encode(text) == tok.encode(text) and tok2.template.source == tok.template.source
   for (_, a), (_, b) in zip(nnx.to_flat_state(params), nnx.to_flat_state(params2), strict=True):
     np.testing.assert_array_equal(a.get_value(), b.get_value())
+
+
+def test_rl_starts_from_a_gguf_file(qwen_gguf, tmp_path):
+  """`init_from` a GGUF file: the shape, tokenizer and template come from the file (the
+  run's size preset is ignored), one RL step updates it, and its policy exports."""
+  from tests.test_end_to_end import _run
+
+  path, _ = qwen_gguf
+  rl = str(tmp_path / "rl")
+  out = _run(
+    "train.py",
+    "--config=configs/gagar.py:runlocal=True",
+    f"--config.init_from={path}",
+    f"--config.data_dir={tmp_path / 'data'}",
+    f"--workdir={rl}",
+    "--config.steps=1",
+    "--config.rollout.dynamic_sampling=False",  # the random model never passes
+    "--config.rollout.max_episode_tokens=1024",
+    "--config.rollout.max_turns=2",
+    "--config.eval.every_steps=10",
+  )
+  assert "[train] step 1/1" in out and "[train] done" in out
+  summary = policy_io.files.read_json(os.path.join(rl, "summary.json"))
+  assert summary["optimizer_steps"] == 1 and summary["skipped_steps"] == 0
+  tok, config, _ = policy_io.load(os.path.join(rl, "policy"))
+  assert config == policy_io.open_policy(path).model_config
+  assert tok.template.source == policy_io.open_policy(path).tok.template.source
