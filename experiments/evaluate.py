@@ -342,8 +342,9 @@ def run() -> dict:
   from gagar_jax.models import transformer
 
   graphdef, _ = transformer.abstract(policy.model_config)
+  size = policy.model_config.num_params() / 1e6
   print(
-    f"[eval] {policy.kind} folder {_POLICY.value} ({policy.model_config.num_params() / 1e6:.2f}M "
+    f"[eval] {policy_io.describe(policy)} {_POLICY.value} ({size:.2f}M "
     f"params) on {_SUITE.value}/{split} ({_WORLD.value} world): {n} tasks x {_SAMPLES.value} "
     "samples",
     flush=True,

@@ -216,6 +216,11 @@ def _checked(policy: Policy, field: str) -> Policy:
   return policy
 
 
+def describe(policy: Policy) -> str:
+  """What the warm start is, in words: "policy folder", "hf folder" or "gguf file"."""
+  return "gguf file" if policy.kind == "gguf" else f"{policy.kind} folder"
+
+
 def open_from_config(config) -> Policy:
   """`open_policy` on an experiment config's `init_from`, `model` (from the size preset
   `model_preset`) and `chat_template`."""

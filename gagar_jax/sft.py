@@ -340,7 +340,7 @@ def fit(
 
     params = policy_io.load_weights(policy, mesh=mesh, rules=config.sharding_rules)
     state, meta = trainer.init(config.seed, params=params), {}
-    print(f"[{tag}] warm start from {policy.kind} folder {policy.path}", flush=True)
+    print(f"[{tag}] warm start from {policy_io.describe(policy)} {policy.path}", flush=True)
   else:
     state, meta = trainer.init(config.seed), {}
   # Rows a killed run logged past its last checkpoint (all of them, if it died before the

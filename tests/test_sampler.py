@@ -374,3 +374,22 @@ def test_stop_strings_end_rows_mid_token_and_rewind_the_cache(nano_config, nano_
   fresh = [p + ref[r, :k].tolist() + [1, 2] for r, (p, k) in enumerate(kept)]
   _, expect = _generate(sampler, params, fresh, jax.random.key(1), greedy)
   np.testing.assert_array_equal(turn2.tokens, expect.tokens)
+
+
+def test_chunked_decode_attends_as_far_as_its_live_rows_reach(nano_config, nano_model):
+  """With `decode_chunk`, each chunk's attention bound covers where its live rows can be by
+  its end (rows at 250 read 256 slots for their first chunk, 512 once they cross), and the
+  tokens are those of one call over the whole bound."""
+  graphdef, params = nano_model
+  greedy = sampler_lib.SamplingParams(max_new_tokens=12, temperature=0.0)
+  prompts = [[3 + i % 40 for i in range(250)], [7] * 120]
+  chunked = sampler_lib.Sampler(nano_config, graphdef, cache_size=1024, pad_id=0, decode_chunk=4)
+  bounds = []
+  decode = chunked._decode
+  chunked._decode = lambda *a: bounds.append(a[-1]) or decode(*a)
+  _, got = chunked.generate(params, chunked.prefill(params, prompts), jax.random.key(0), greedy)
+  assert bounds[0] == 256 and bounds[-1] == 512 and sorted(bounds) == bounds
+  whole = sampler_lib.Sampler(nano_config, graphdef, cache_size=1024, pad_id=0)
+  _, want = whole.generate(params, whole.prefill(params, prompts), jax.random.key(0), greedy)
+  np.testing.assert_array_equal(got.tokens, want.tokens)
+  np.testing.assert_allclose(got.logprobs, want.logprobs, atol=1e-5)

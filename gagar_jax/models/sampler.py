@@ -613,11 +613,16 @@ class Sampler:
         self._shard(~real | full_cache[pick]),
         self._shard(reasons[pick]),
       )
+    going = np.asarray(active, bool) & ~full_cache  # full-batch rows still generating
     step = 0
     while step < n:
       chunk = dataclasses.replace(sampling, max_new_tokens=min(self.decode_chunk, n - step))
       flags = first if carry is None else carry.done  # ignored once a carry exists
-      part, out, carry = self._decode(params, part, key, chunk, self.pad_id, flags, carry, attend)
+      # Each chunk attends only as far as its live rows can reach by its end (rows of
+      # ~250 tokens with 384 to go read 512 slots, not the 1024 the whole call needs).
+      reach = int((lengths + counts)[going].max()) if going.any() else 0
+      bound = min(attend, self.attend_bound(reach + chunk.max_new_tokens))
+      part, out, carry = self._decode(params, part, key, chunk, self.pad_id, flags, carry, bound)
       got, lp, cnt, why, done = jax.device_get(
         (out.tokens, out.logprobs, out.num_tokens, out.finish_reason, carry.done)
       )
@@ -638,6 +643,8 @@ class Sampler:
           done[hit] = True
           carry = carry._replace(done=self._shard(done))
       live = np.flatnonzero(~done & (rows < batch))
+      going[:] = False
+      going[rows[live]] = True
       if not live.size or step >= n:
         break
       size, slots = self._sub_batch(live, len(rows))
