@@ -57,6 +57,7 @@ def extract(wheel: str, target: str) -> str:
   os.replace(partial, target)
   return target
 
+
 EVALS = {
   "humaneval_instruct": "HumanEval, instruct protocol (greedy, pass@1)",
   "humaneval_completion": "HumanEval, completion protocol (greedy, pass@1)",
