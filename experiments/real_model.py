@@ -157,6 +157,9 @@ def rl(policy: str, workdir: str, log: str) -> str:
         "--config.rollout.max_rounds=2",
         f"--config.rollout.max_episode_tokens={EPISODE_TOKENS}",
         "--config.rollout.system_prompt=grammar",
+        # 16 episodes of up to 1024 tokens: without remat the attention scores of 30
+        # layers kept for the backward pass outgrow 24 GiB (OOM-killed at step 3).
+        "--config.model.remat=block",
         "--config.learner.optim.learning_rate=2e-5",
         "--config.learner.optim.warmup_steps=1",
         f"--config.eval.every_steps={_RL_STEPS.value}",
