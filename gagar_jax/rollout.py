@@ -96,7 +96,7 @@ class Trajectory:
   logprobs: list[float]  # sampling log-probs at those tokens, 0 elsewhere
   turns: list[tools.Turn]
   files: dict[str, str]
-  finish: str = ""  # submit | turns | tokens
+  finish: str = ""  # submit | turns | tokens | prompt (no room left for an action)
   passed: bool = False
   status: str = ""
   signals: quality.QualitySignals | None = None

@@ -508,6 +508,12 @@ def run(config, workdir: str, export: str = "") -> dict:
     "habit_share_in_demos": habit_share,
     "curve": fitted.curve,
     "params": fitted.model_config.num_params(),
+    # What the report says the run was (write_report): not assumed, read off the config.
+    "suite": config.suite.name,
+    "policy": config.init_from or f"{config.model_preset} preset, from scratch",
+    "eval_group_size": config.eval.group_size,
+    "machine": f"{jax.device_count()} {jax.default_backend().upper()} device(s), "
+    f"{os.cpu_count()} CPU cores",
   }
   with open(os.path.join(workdir, "summary.json"), "w") as f:
     json.dump(summary, f, indent=2)
@@ -567,23 +573,25 @@ def write_report(summary: dict, path: str, command: str, curve_png: str) -> None
 
   final = summary["final_test"]
   q = lambda k: final.get(k, float("nan"))  # absent where nothing passed
+  g = summary.get("eval_group_size", 8)  # (summaries written before it was recorded: 8)
   lines = [
-    "# Warm-start calibration (MiniRepo, tiny policy)",
+    f"# Warm-start calibration ({summary.get('suite', 'minirepo')}, "
+    f"{summary.get('policy', 'tiny policy')})",
     "",
     f"Command: `{command}`",
     "",
     f"{summary['params'] / 1e6:.2f}M parameters; {summary['steps']} SFT steps in "
     f"{summary['train_minutes']:.1f} minutes of training ({summary['wall_minutes']:.1f} "
-    "minutes wall, data and evaluations included) on 2 CPU cores.",
+    f"minutes wall, data and evaluations included) on {summary.get('machine', 'this machine')}.",
     "",
-    "## Held-out test tasks (temperature 1, groups of 8)",
+    f"## Held-out test tasks (temperature 1, groups of {g})",
     "",
     "| metric | value | target |",
     "| --- | --- | --- |",
     f"| sampled pass@1 | {final['pass@1']:.3f} | 0.20 - 0.80 |",
     f"| informative groups (passes and fails) | {final['informative_groups']:.3f} | >= 0.40 |",
     f"| passing samples with a bloat habit | {q('passing_bloated'):.3f} | >= 0.30 |",
-    f"| pass@8 | {final.get('pass@8'):.3f} | |",
+    f"| pass@{g} | {q(f'pass@{g}'):.3f} | |",
     f"| passing: out-of-scope edit | {q('passing_out_of_scope'):.3f} | |",
     f"| passing: dead code | {q('passing_dead_code'):.3f} | |",
     f"| passing: redundant action | {q('passing_redundant'):.3f} | |",
@@ -604,7 +612,7 @@ def write_report(summary: dict, path: str, command: str, curve_png: str) -> None
     lines.append(
       f"| {p['step']} | {p['seconds'] / 60:.1f} | {p['action_nll']:.3f} | "
       f"{p['pass@1']:.3f} | {p['informative_groups']:.3f} | "
-      f"{p.get('passing_bloated'):.3f} |"
+      f"{p.get('passing_bloated', float('nan')):.3f} |"  # absent where nothing passed
     )
   image = os.path.splitext(path)[0] + ".png"
   lines += ["", f"![learning curve]({os.path.basename(image)})", ""]

@@ -6,10 +6,12 @@
 Per step (docs/design.md, "One RL step"): dynamic-sampled rollouts of `num_groups`
 groups; every group with two or more passing trajectories (gagar_paper: every group
 with a pass and a failure) goes to the grader loop (host threads) while the device
-computes old-policy (and reference) log-probs; the grader's ranks feed
+computes old-policy (and reference) log-probs where the update needs them (one update
+per batch without KL takes them from its own forward pass); the grader's ranks feed
 `advantages.redistribute` inside the jitted learner step (arms gagar /
-gagar_no_rescale), its tiers and hacks the tiered kernel (gagar_paper), or they become
-a shaped reward (reward_shaping); grpo does not grade.
+gagar_no_rescale), its tiers and hacks the tiered kernel (gagar_paper: quality tiers,
+confirmed hacks reset to reward 0, the rescale capped at lambda_max; its groups need only
+one pass), or they become a shaped reward (reward_shaping); grpo does not grade.
 """
 
 from __future__ import annotations

@@ -56,6 +56,20 @@ def warm_start(tmp_path_factory):
   return root
 
 
+def test_sft_report_says_what_the_run_was(warm_start, tmp_path):
+  """The warm-start report reads the suite, the evaluation's group size and the machine
+  off the run's summary (it once said "groups of 8" and "2 CPU cores" whatever ran)."""
+  summary = json.load(open(warm_start / "sft" / "summary.json"))
+  group = sft_config.get_config("runlocal=True").eval.group_size
+  assert summary["eval_group_size"] == group != 8
+  path = tmp_path / "report.md"
+  sft.write_report(summary, str(path), "make sft", str(warm_start / "sft" / "curve.png"))
+  text = path.read_text()
+  assert f"groups of {group})" in text and f"| pass@{group} |" in text
+  assert summary["machine"] in text and f"({summary['suite']}, " in text
+  assert (tmp_path / "report.png").exists()
+
+
 def _rl_config(root, **overrides):
   config = gagar_config.get_config("runlocal=True")
   config.data_dir = str(root / "data")

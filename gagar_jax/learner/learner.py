@@ -31,7 +31,6 @@ class Learner:
   ):
     self.config, self.model_config, self.mesh, self.rules = config, model_config, mesh, rules
     self.optimizer = train_state.make_optimizer(config.optim)
-    self.schedule = train_state.make_schedule(config.optim)
     self.graphdef, self.abstract_state, self.state_shardings = train_state.state_shardings(
       model_config, self.optimizer, mesh, rules
     )

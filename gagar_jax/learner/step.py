@@ -38,7 +38,8 @@ class Batch(NamedTuple):
     tokens: int32 `[N, G, T]` whole transcripts (prompt, actions, observations), right-padded.
     mask: bool `[N, G, T]`, True at tokens the policy generated (the only ones the loss sees).
     old_logprobs: float32 `[N, G, T]`, log-probs of each token under the sampling policy.
-    ref_logprobs: float32 `[N, G, T]`, under the reference policy (zeros when KL is off).
+    ref_logprobs: float32 `[N, G, T]`, under the reference policy; read only when KL is on
+      (the trainer passes the old log-probs there when it is off).
     rewards: float32 `[N, G]`.
     passed: bool `[N, G]`, hidden tests passed.
     ranks: int32 `[N, G]`, the grader's ranks of passing trajectories (0 = best).
