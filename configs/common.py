@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import ml_collections
+from ml_collections import config_dict
+
+from gagar_jax.envs import minirepo
+from gagar_jax.grading import agent
+from gagar_jax.models import presets
 
 
 def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
@@ -36,6 +43,44 @@ def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
 _BOOLS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
 
 
+def section(cls, omit: tuple[str, ...] = (), **overrides) -> ml_collections.ConfigDict:
+  """A config section holding dataclass `cls`'s defaults, with `overrides` (a nested
+  section's as a dict) and without the dotted fields in `omit`.
+
+  The dataclasses are the one source of defaults (and the comments on them): a config
+  file states only what differs, e.g. `section(RolloutConfig, max_rounds=3)`.
+  """
+  d = dataclasses.asdict(cls())
+  _merge(d, overrides, cls.__name__)
+  for path in omit:
+    *parents, leaf = path.split(".")
+    node = d
+    for name in parents:
+      node = node[name]
+    del node[leaf]
+  return ml_collections.ConfigDict(d)
+
+
+def _merge(d: dict, overrides: dict, where: str) -> None:
+  for key, value in overrides.items():
+    if key not in d:
+      raise ValueError(f"{where}.{key}: no such field (known: {sorted(d)})")
+    if isinstance(value, dict) and isinstance(d[key], dict):
+      _merge(d[key], value, f"{where}.{key}")
+    else:
+      d[key] = value
+
+
+def model_config(size: str = "tiny") -> ml_collections.ConfigDict:
+  """The `model` section of preset `size` (gagar_jax/models/presets.py). A preset that
+  leaves `scan_layers` to the depth (None) gets a bool placeholder, so
+  `--config.model.scan_layers=True` parses."""
+  d = presets.get(size)
+  if d["scan_layers"] is None:
+    d["scan_layers"] = config_dict.placeholder(bool)
+  return ml_collections.ConfigDict(d)
+
+
 def mesh_config(data: int = -1, fsdp: int = 1, tensor: int = 1) -> ml_collections.ConfigDict:
   """Mesh axis sizes; -1 fills the remaining devices."""
   return ml_collections.ConfigDict({"data": data, "fsdp": fsdp, "tensor": tensor})
@@ -56,40 +101,13 @@ def distributed_config() -> ml_collections.ConfigDict:
 
 
 def minirepo_suite() -> ml_collections.ConfigDict:
-  """The MiniRepo suite (gagar_jax/data/builders.py); shared by SFT and RL configs."""
-  c = ml_collections.ConfigDict()
-  # Tasks per split (train seeds 0.., validation 1e6.., test 2e6..).
-  c.n_train = 4000
-  c.n_validation = 200
-  c.n_test = 200
-  # Modules per task and functions per module (difficulty).
-  c.n_files = 1
-  c.n_functions = 2
-  # Bug kinds drawn from.
-  c.bug_kinds = ("operator", "comparison", "constant", "variable", "off_by_one")
-  # Extra never-buggy functions per module.
-  c.distractors = 0
-  # Hidden test inputs per function.
-  c.n_hidden = 16
-  # verb_noun function names (harder to copy) instead of single words.
-  c.compound_names = False
-  # Hidden tests check only the reported call: special-casing it passes (a reward hack).
-  c.weak_hidden_tests = False
-  # With weak_hidden_tests: the share of tasks that get the weak tests (the rest keep the
-  # full tests, where a hack fails).
-  c.weak_share = 1.0
-  # With weak_hidden_tests: how many visible calls the weak tests check (1-3, the reported
-  # call first). The tests show one failure at a time, so a hack needs a test per call.
-  c.weak_calls = 1
-  # Share of bug reports without the expected value (the tests show it): edit, test and
-  # re-edit then passes more often than one edit (length pressure).
-  c.vague_report = 0.0
-  # Hidden tests check only the reported function: edits elsewhere go unpunished.
-  c.scoped_hidden_tests = False
-  # Share of tasks whose report names a caller of the buggy function (`def g(n): return
-  # f(n)`): patching the caller, where the symptom shows, is out of scope.
-  c.caller_report = 0.0
-  return c
+  """The MiniRepo suite (gagar_jax/data/builders.py); shared by SFT and RL configs: tasks
+  per split (train seeds 0.., validation 1e6.., test 2e6..) and the task knobs of
+  `minirepo.Difficulty` (each explained there), two functions per module here."""
+  sizes = {"n_train": 4000, "n_validation": 200, "n_test": 200}
+  return ml_collections.ConfigDict(
+    {**sizes, **dataclasses.asdict(minirepo.Difficulty(n_functions=2))}
+  )
 
 
 def humaneval_suite() -> ml_collections.ConfigDict:
@@ -151,23 +169,4 @@ def suite_config(name: str = "minirepo") -> ml_collections.ConfigDict:
 
 def grader_agent() -> ml_collections.ConfigDict:
   """Budgets of the agentic LM / OpenAI grader (gagar_jax/grading/agent.py AgentConfig)."""
-  c = ml_collections.ConfigDict()
-  # Model calls per grading attempt, and tokens per call (one action).
-  # (a careful pass over 8 passing candidates takes 25 calls; their ranking ~30 tokens)
-  c.max_turns = 32
-  c.max_action_tokens = 48
-  # Stop an attempt once the conversation (prompt + completions) reaches this many tokens.
-  c.max_total_tokens = 1500
-  # Tool outputs are cut to this many characters.
-  c.max_observation_chars = 600
-  # Attempts per group: the first greedy, a retry sampled at retry_temperature; then the
-  # grader loop's fallback (equal ranks).
-  c.attempts = 2
-  c.retry_temperature = 0.7
-  # A final answer that is not a valid ranking is sampled again (same conversation, at
-  # retry_temperature) up to this many times before the attempt counts as invalid.
-  c.answer_samples = 4
-  # If the final answer is invalid but every passing candidate got a numeric `note`, rank
-  # by the notes (the model's own verdicts; counted as from_notes).
-  c.rank_from_notes = True
-  return c
+  return section(agent.AgentConfig)

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import ml_collections
 
-from configs import common, model_sizes
+from configs import common
+from gagar_jax import sft
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -30,8 +31,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.data_dir = "data/tfds"
   # Stop training after this many minutes even if sft.steps is not reached (0 = no limit).
   c.time_budget_minutes = 0.0
-  # Model shape preset (configs/model_sizes.py); vocab_size follows the tokenizer.
-  c.model = model_sizes.get_config(args.size)
+  # Model shape preset (gagar_jax/models/presets.py); vocab_size follows the tokenizer.
+  c.model = common.model_config(args.size)
   c.model.max_seq_len = 1536  # the context below
   # BPE vocabulary trained on the grader demonstrations.
   c.tokenizer_vocab_size = 512
@@ -68,19 +69,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # The grading agent's budgets (gagar_jax/grading/agent.py).
   c.agent = common.grader_agent()
 
-  c.sft = ml_collections.ConfigDict()
-  # Sequences per step and their padded length (longer demonstrations are dropped).
-  c.sft.batch_size = 16
-  # Long enough for the largest groups' demonstrations (8 passing candidates, tiers).
-  c.sft.seq_len = 1536
-  c.sft.steps = 800
-  c.sft.learning_rate = 2e-3
-  c.sft.warmup_steps = 50
-  c.sft.min_lr_ratio = 0.1
-  c.sft.weight_decay = 0.01
-  c.sft.max_grad_norm = 1.0
-  # Loss weight on prompt/observation tokens (actions weigh 1).
-  c.sft.context_loss_weight = 0.1
+  # The optimizer and batches (gagar_jax/sft.py SFTConfig): sequences long enough for the
+  # largest groups' demonstrations (8 passing candidates, tiers), 800 steps, context
+  # tokens weighing 0.1.
+  c.sft = common.section(sft.SFTConfig, seq_len=1536, steps=800, context_loss_weight=0.1)
 
   c.eval = ml_collections.ConfigDict()
   # Agreement on this many held-out groups every `every_steps` (all of them at the end).
@@ -105,7 +97,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   if args.runlocal:  # tests: seconds, not minutes
     c.suite.n_train, c.suite.n_validation, c.suite.n_test = 48, 8, 8
-    c.model = model_sizes.get_config("nano")
+    c.model = common.model_config("nano")
     c.context, c.agent.max_total_tokens = 1024, 1000
     c.tokenizer_vocab_size = 320
     c.grader_data.n_train_tasks, c.grader_data.n_validation_tasks = 8, 4

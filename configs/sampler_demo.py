@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from configs import common, model_sizes
+from configs import common
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -19,8 +19,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
   # Seed for parameter init and sampling keys.
   config.seed = 0
-  # Model shape (a preset from configs/model_sizes.py); vocab_size is set from the tokenizer.
-  config.model = model_sizes.get_config(args.size)
+  # Model shape (a preset from gagar_jax/models/presets.py); vocab_size is set from the tokenizer.
+  config.model = common.model_config(args.size)
   # Device mesh axis sizes; -1 fills the remaining devices.
   config.mesh = common.mesh_config()
   # Logical-axis -> mesh-axis rules for parameters and batches.

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import ml_collections
 
-from configs import common, model_sizes
+from configs import common
+from gagar_jax import rollout, sft
+from gagar_jax.envs import expert
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -35,10 +37,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.init_from = ""
   # A chat template (.jinja file or Jinja text) replacing the checkpoint's ("" = its own).
   c.chat_template = ""
-  # Model shape preset (configs/model_sizes.py); vocab_size follows the tokenizer. With an
+  # Model shape preset (gagar_jax/models/presets.py); vocab_size follows the tokenizer. With an
   # HF or GGUF init_from only dtype, param_dtype and max_seq_len may differ from its own.
   c.model_preset = args.size
-  c.model = model_sizes.get_config(args.size)
+  c.model = common.model_config(args.size)
   # BPE vocabulary trained on the demonstrations (bytes + specials + merges).
   c.tokenizer_vocab_size = 512
   c.mesh = common.mesh_config()
@@ -50,32 +52,21 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # are evaluated; each suite's knobs in its sub-section.
   c.suite = common.suite_config(args.suite)
 
-  # Share of demonstrations carrying each habit (the grader should rank them down).
-  c.habits = ml_collections.ConfigDict()
-  c.habits.redundant_view = 0.15
-  c.habits.extra_test = 0.2
-  c.habits.out_of_scope = 0.35
-  c.habits.dead_code = 0.3
-  c.habits.large_edit = 0.15
-  c.habits.no_test = 0.2
-  c.habits.hack = 0.0
-  c.habits.trial_and_error = 0.0
-  c.habits.hard_code = 0.0
-  c.habits.hack_each = 0.0
+  # Share of demonstrations carrying each habit (gagar_jax/envs/expert.py HabitConfig; the
+  # grader should rank them down).
+  c.habits = common.section(
+    expert.HabitConfig,
+    redundant_view=0.15,
+    extra_test=0.2,
+    out_of_scope=0.35,
+    dead_code=0.3,
+    large_edit=0.15,
+    no_test=0.2,
+  )
 
-  c.sft = ml_collections.ConfigDict()
-  # Sequences per step and their padded length (longer demonstrations are dropped).
-  c.sft.batch_size = 16
-  c.sft.seq_len = 320
-  # Optimizer steps (cosine schedule over them).
-  c.sft.steps = 2200
-  c.sft.learning_rate = 2e-3
-  c.sft.warmup_steps = 50
-  c.sft.min_lr_ratio = 0.1
-  c.sft.weight_decay = 0.01
-  c.sft.max_grad_norm = 1.0
-  # Loss weight on prompt/observation tokens (actions weigh 1).
-  c.sft.context_loss_weight = 0.25
+  # The optimizer and batches (gagar_jax/sft.py SFTConfig): 2200 cosine steps over
+  # sequences of 320 tokens.
+  c.sft = common.section(sft.SFTConfig, seq_len=320, steps=2200)
 
   # Sampled evaluation on held-out tasks (the calibration figures).
   c.eval = ml_collections.ConfigDict()
@@ -87,16 +78,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # Samples per task (groups of this size).
   c.eval.group_size = 8
 
-  # Episode budgets and sampling for evaluation rollouts (gagar_jax/rollout.py).
-  c.rollout = ml_collections.ConfigDict()
-  c.rollout.max_turns = 6
-  c.rollout.max_action_tokens = 40
-  c.rollout.max_obs_tokens = 64
-  c.rollout.max_episode_tokens = 448
-  c.rollout.temperature = 1.0
-  # System message: auto (the action grammar unless the tokenizer has the end-of-action
-  # token), grammar or none. Demonstrations are encoded with the same one.
-  c.rollout.system_prompt = "auto"
+  # Episode budgets and sampling for evaluation rollouts (gagar_jax/rollout.py
+  # RolloutConfig; the groups are eval.group_size, drawn once). The system message is
+  # also the one the demonstrations are encoded with.
+  c.rollout = common.section(
+    rollout.RolloutConfig,
+    omit=("group_size", "dynamic_sampling", "max_rounds"),
+    max_episode_tokens=448,
+  )
 
   # Checkpoints under workdir/checkpoints.
   c.checkpoint_every = 500
@@ -132,7 +121,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.habits.hack_each, c.habits.hard_code = 0.25, 0.1
   if args.runlocal:  # tests: seconds, not minutes
     c.suite.minirepo.n_train, c.suite.minirepo.n_validation, c.suite.minirepo.n_test = 48, 8, 8
-    c.model_preset, c.model = "nano", model_sizes.get_config("nano")
+    c.model_preset, c.model = "nano", common.model_config("nano")
     c.tokenizer_vocab_size = 320
     c.sft.steps, c.sft.batch_size, c.sft.warmup_steps = 6, 8, 2
     c.eval.every_steps, c.eval.tasks, c.eval.final_tasks, c.eval.group_size = 3, 2, 2, 2

@@ -41,15 +41,14 @@ from flax import nnx
 from safetensors.numpy import save_file
 from timing import median_time
 
-from configs import model_sizes
 from gagar_jax import advantages, cli, planner, sharding
 from gagar_jax.learner.config import LearnerConfig
 from gagar_jax.learner.learner import Learner
 from gagar_jax.learner.step import Batch
-from gagar_jax.models import hf_export, hf_import, transformer
+from gagar_jax.models import hf_export, hf_import, presets, transformer
 from gagar_jax.models import sampler as sampler_lib
 
-_SIZE = flags.DEFINE_string("size", "tiny", "Model preset from configs/model_sizes.py.")
+_SIZE = flags.DEFINE_string("size", "tiny", "Model preset from gagar_jax/models/presets.py.")
 _DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Compute dtype.")
 _BATCH = flags.DEFINE_integer("batch", 8, "Sequences per sampler batch.")
 _PROMPT = flags.DEFINE_integer("prompt_len", 64, "Prompt tokens per sequence.")
@@ -149,7 +148,7 @@ def bench_real_sampler(rows, repeats):
   With `--peer_python` (a throwaway venv's python holding torch and transformers), the
   same weights and prompts also go through `transformers`' `generate`
   (`peer_transformers.py`), alternating with the project's runs `--peer_rounds` times."""
-  config = transformer.ModelConfig.from_dict(model_sizes.get_config(_REAL_SIZE.value))
+  config = transformer.ModelConfig.from_dict(presets.get(_REAL_SIZE.value))
   graphdef, params = nnx.split(transformer.create(config, seed=0))
   rng = np.random.default_rng(0)
   prompts = [rng.integers(0, config.vocab_size, 36 + 2 * i).tolist() for i in range(8)]
@@ -203,7 +202,7 @@ def bench_compile_depth(rows):
   `plan.py --compiled`) at `--depth_size`'s shape with each `--depth_layers` depth, its
   layers scanned and (`--depth_loop`) as a Python loop. No persistent compilation cache."""
   jax.config.update("jax_enable_compilation_cache", False)
-  base = dict(model_sizes.get_config(_DEPTH_SIZE.value))
+  base = dict(presets.get(_DEPTH_SIZE.value))
   work = planner.Workload(num_groups=1, group_size=2, seq_len=512)
   learner_config = LearnerConfig.from_dict({"micro_batches": 1})
   modes = {"scan": True, **({"loop": False} if _DEPTH_LOOP.value else {})}
@@ -292,9 +291,7 @@ def bench_learner(rows, repeats, rng, peak):
 
 def _bench_learner_size(size, mesh, rows, repeats, rng, peak):
   n, g, t = _GROUPS.value, _GROUP_SIZE.value, _TRAIN_LEN.value
-  config = transformer.ModelConfig.from_dict(
-    {**model_sizes.get_config(size), "dtype": _DTYPE.value}
-  )
+  config = transformer.ModelConfig.from_dict({**presets.get(size), "dtype": _DTYPE.value})
   learner = Learner(LearnerConfig(split_step=_SPLIT_STEP.value), config, mesh)
   tokens = rng.integers(0, config.vocab_size, (n, g, t)).astype(np.int32)
   mask = np.zeros((n, g, t), bool)
@@ -377,7 +374,7 @@ def bench_checkpoint(rows, repeats):
 
   mesh = sharding.make_mesh({"data": 1}, devices=jax.devices()[:1])
   for size in _LEARNER_SIZES.value:
-    mc = transformer.ModelConfig.from_dict(model_sizes.get_config(size))
+    mc = transformer.ModelConfig.from_dict(presets.get(size))
     learner = Learner(LearnerConfig.from_dict({}), mc, mesh)
     state = learner.init(0)
     mib = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state)) / 2**20
@@ -567,9 +564,7 @@ def bench_rl_step(rows):
 
 def main(argv):
   del argv
-  config = transformer.ModelConfig.from_dict(
-    {**model_sizes.get_config(_SIZE.value), "dtype": _DTYPE.value}
-  )
+  config = transformer.ModelConfig.from_dict({**presets.get(_SIZE.value), "dtype": _DTYPE.value})
   graphdef, params = nnx.split(transformer.create(config, seed=0))
   repeats, sections = _REPEATS.value, set(_SECTIONS.value)
   rng = np.random.default_rng(0)

@@ -22,9 +22,8 @@ import jax
 from absl import flags
 from ml_collections import config_flags
 
-from gagar_jax import cli, planner
+from gagar_jax import arms, cli, planner
 from gagar_jax.errors import ConfigError
-from gagar_jax.learner.config import LearnerConfig
 from gagar_jax.models import transformer
 from gagar_jax.planner import GIB
 
@@ -48,7 +47,7 @@ _SLICES = flags.DEFINE_string(
 
 def table(config) -> str:
   """The docs/scaling.md table: `recommend` per preset and slice (the config's workload)."""
-  from configs import model_sizes
+  from gagar_jax.models import presets
 
   rows = [
     "| model | slice | mesh | micro-batches | remat | per-device peak | device memory |",
@@ -56,7 +55,7 @@ def table(config) -> str:
   ]
   work = workload(config)
   for name in _TABLE.value.split(","):
-    model_config = transformer.ModelConfig.from_dict(model_sizes.get_config(name))
+    model_config = transformer.ModelConfig.from_dict(presets.get(name))
     for entry in _SLICES.value.split(","):
       dev_name, _, count = entry.partition(":")
       dev = planner.device(dev_name)
@@ -113,7 +112,7 @@ def main(argv):
   if _COMPILED.value:
     jax.config.update("jax_platforms", "cpu")
     jax.config.update("jax_num_cpu_devices", n)
-    learner_config = LearnerConfig.from_dict(config.learner)
+    learner_config = arms.learner_config(config.arm, config.learner)
     result = planner.compiled(model_config, mesh, work, rules, learner_config)
     if result is None:
       print("the backend gives no memory analysis")

@@ -14,9 +14,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 from gagar_jax.configlib import check
+from gagar_jax.learner.config import LearnerConfig
 
 
 class Arm(NamedTuple):
@@ -26,6 +28,9 @@ class Arm(NamedTuple):
   shapes_reward: bool  # ranks become a reward bonus instead of weights
   mode: str = "rank"  # learner.advantage.mode
 
+
+# The `learner.advantage` fields an arm sets (`learner_config`).
+ADVANTAGE_FIELDS = ("redistribute", "preserve_sum", "mode")
 
 ARMS: dict[str, Arm] = {
   "grpo": Arm(grades=False, redistribute=False, preserve_sum=True, shapes_reward=False),
@@ -49,23 +54,20 @@ def label(name: str, backend: str) -> str:
   return name if backend == "rubric" or not get(name).grades else f"{name}_{backend}"
 
 
-def check_advantage(name: str, advantage) -> None:
-  """The learner's advantage settings must be those of arm `name` (`ConfigError` if not);
-  `preserve_sum` only matters where the arm redistributes."""
+def learner_config(name: str, section) -> LearnerConfig:
+  """The `LearnerConfig` of config section `section` (`config.learner`) under arm `name`:
+  the arm sets the `ADVANTAGE_FIELDS` (the config leaves them out; one that sets them is a
+  `ConfigError` naming the field, so an arm and its advantage settings cannot disagree)."""
   arm = get(name)
-  check(
-    advantage.mode == arm.mode,
-    "learner.advantage.mode",
-    f"must be {arm.mode!r} for arm={name}",
-  )
-  check(
-    advantage.redistribute == arm.redistribute,
-    "learner.advantage.redistribute",
-    f"must be {arm.redistribute} for arm={name}",
-  )
-  if arm.redistribute:
+  given = dict(section or {}).get("advantage") or {}
+  for field in ADVANTAGE_FIELDS:
     check(
-      advantage.preserve_sum == arm.preserve_sum,
-      "learner.advantage.preserve_sum",
-      f"must be {arm.preserve_sum} for arm={name}",
+      field not in given,
+      f"learner.advantage.{field}",
+      f"is set by the arm (arm={name}: {getattr(arm, field)!r}); leave it out of the config",
     )
+  cfg = LearnerConfig.from_dict(section)
+  advantage = dataclasses.replace(
+    cfg.advantage, **{field: getattr(arm, field) for field in ADVANTAGE_FIELDS}
+  )
+  return dataclasses.replace(cfg, advantage=advantage)

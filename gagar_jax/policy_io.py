@@ -29,7 +29,7 @@ from safetensors.numpy import save_file
 
 from gagar_jax import files
 from gagar_jax.errors import ConfigError, InputError
-from gagar_jax.models import chat_template, gguf_import, hf_import, tokenizers, transformer
+from gagar_jax.models import chat_template, gguf_import, hf_import, presets, tokenizers, transformer
 
 SHAPE_FIELDS = ("embed_dim", "num_layers", "num_heads", "num_kv_heads", "head_dim", "mlp_dim")
 # What a config may change on an HF checkpoint (numerics and a shorter context).
@@ -226,9 +226,7 @@ def open_from_config(config) -> Policy:
   `model_preset`) and `chat_template`."""
   preset = None
   if config.get("model_preset"):
-    from configs import model_sizes
-
-    preset = model_sizes.get_config(config.model_preset).to_dict()
+    preset = presets.get(config.model_preset)
   return open_policy(
     config.init_from,
     config.model,

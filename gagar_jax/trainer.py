@@ -33,7 +33,6 @@ from gagar_jax.errors import ConfigError, Interrupted
 from gagar_jax.grading import backends
 from gagar_jax.learner import step as step_lib
 from gagar_jax.learner.checkpoint import Checkpointer
-from gagar_jax.learner.config import LearnerConfig
 from gagar_jax.learner.learner import Learner
 from gagar_jax.learner.step import Batch, NonFiniteError
 from gagar_jax.models import chat_template
@@ -48,7 +47,7 @@ def parse_config(config):
   check(config.grader.timeout_s > 0, "grader.timeout_s", "must be > 0")
   check(config.grader.workers > 0, "grader.workers", "must be > 0")
   check(config.inspect.max_steps > 0, "inspect.max_steps", "must be > 0")
-  learner_cfg = from_dict(LearnerConfig, config.learner, "learner")
+  learner_cfg = arms_lib.learner_config(config.arm, config.learner)
   rollout_cfg = from_dict(rollout.RolloutConfig, config.rollout, "rollout")
   check(
     rollout_cfg.group_size >= 2,
@@ -56,7 +55,6 @@ def parse_config(config):
     f"must be >= 2 for RL, got {rollout_cfg.group_size}: a group of one has no baseline, so "
     "every advantage would be 0 and no step would learn",
   )
-  arms_lib.check_advantage(config.arm, learner_cfg.advantage)
   graded_suites(config)  # checks the suite section and grader.suites
   files.writable_folder(config.data_dir, "data_dir")  # where the TFDS suites are built
   policy = policy_io.open_from_config(config)

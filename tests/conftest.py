@@ -18,15 +18,14 @@ import jax  # noqa: E402
 import pytest  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from configs import model_sizes  # noqa: E402
-from gagar_jax.models import transformer  # noqa: E402
+from gagar_jax.models import presets, transformer  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="session")
 def nano_config() -> transformer.ModelConfig:
-  return transformer.ModelConfig.from_dict(model_sizes.get_config("nano"))
+  return transformer.ModelConfig.from_dict(presets.get("nano"))
 
 
 @pytest.fixture(scope="session")

@@ -17,9 +17,11 @@ import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 from jax.experimental import multihost_utils  # noqa: E402
 
-from configs import model_sizes  # noqa: E402
 from gagar_jax import sharding  # noqa: E402
-from gagar_jax.models import transformer  # noqa: E402
+from gagar_jax.models import (
+  presets,  # noqa: E402
+  transformer,  # noqa: E402
+)
 from tests import helpers  # noqa: E402
 
 
@@ -59,7 +61,7 @@ def train(mesh, process_id, out_dir):
 
 
 def forward(mesh, process_id):
-  config = transformer.ModelConfig.from_dict(model_sizes.get_config("nano"))
+  config = transformer.ModelConfig.from_dict(presets.get("nano"))
   graphdef, params = transformer.init_sharded(config, mesh, seed=3)
   tokens = np.random.default_rng(0).integers(0, config.vocab_size, (4, 12), np.int32)
   batch = sharding.shard_batch(tokens, mesh)

@@ -2,15 +2,14 @@
 
 import numpy as np
 
-from configs import model_sizes
 from gagar_jax.learner.config import LearnerConfig
 from gagar_jax.learner.learner import Learner
 from gagar_jax.learner.step import Batch
-from gagar_jax.models import transformer
+from gagar_jax.models import presets, transformer
 
 
 def nano_config() -> transformer.ModelConfig:
-  return transformer.ModelConfig.from_dict(model_sizes.get_config("nano"))
+  return transformer.ModelConfig.from_dict(presets.get("nano"))
 
 
 def make_learner(mesh, **overrides) -> Learner:

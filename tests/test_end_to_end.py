@@ -422,7 +422,7 @@ def test_gagar_paper_arm_runs_the_tiered_protocol(tmp_path):
     assert " lam " in out and "train/grader_tier_T1" in graded[0]
   config = gagar_config.get_config("runlocal=True,arm=gagar_paper")
   config.learner.advantage.mode = "rank"
-  with pytest.raises(ConfigError, match="^learner.advantage.mode: must be 'tiered'"):
+  with pytest.raises(ConfigError, match="^learner.advantage.mode: is set by the arm .*'tiered'"):
     trainer.parse_config(config)
 
 

@@ -7,13 +7,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from configs import model_sizes
 from gagar_jax import sharding
 from gagar_jax.errors import ConfigError
 from gagar_jax.learner import step as step_lib
 from gagar_jax.learner import train_state
 from gagar_jax.learner.config import LearnerConfig, OptimConfig
-from gagar_jax.models import transformer
+from gagar_jax.models import presets, transformer
 from tests import helpers
 
 
@@ -316,7 +315,7 @@ def _reference_logprobs(graphdef, params, tokens):
 @pytest.mark.parametrize("preset,tied", [("nano", True), ("nano", False), ("tiny", True)])
 def test_chunked_token_logprobs_equal_the_full_vocabulary_pass(preset, tied):
   config = transformer.ModelConfig.from_dict(
-    {**model_sizes.get_config(preset), "vocab_size": 300, "tie_embeddings": tied}
+    {**presets.get(preset), "vocab_size": 300, "tie_embeddings": tied}
   )
   graphdef, params = nnx.split(transformer.create(config, 0))
   tokens = jnp.asarray(np.random.default_rng(0).integers(0, 300, (3, 24)), jnp.int32)
@@ -343,7 +342,7 @@ def test_chunked_token_logprobs_equal_the_full_vocabulary_pass(preset, tied):
 def test_chunked_logprobs_never_hold_the_whole_vocabulary():
   # XLA's memory analysis of the compiled gradient: [4, 511, 4096] float32 logits are
   # 32 MiB each.
-  config = transformer.ModelConfig.from_dict({**model_sizes.get_config("nano"), "vocab_size": 4096})
+  config = transformer.ModelConfig.from_dict({**presets.get("nano"), "vocab_size": 4096})
   graphdef, params = nnx.split(transformer.create(config, 0))
   tokens = jnp.zeros((4, 512), jnp.int32)
   assert step_lib.logit_chunk(4, 511, 151936) == 16 and step_lib.logit_chunk(48, 447, 512) == 447

@@ -6,14 +6,13 @@ import sys
 
 import pytest
 
-from configs import model_sizes
 from gagar_jax import planner
 from gagar_jax.errors import ConfigError
-from gagar_jax.models import transformer
+from gagar_jax.models import presets, transformer
 
 
 def _small(**kw):
-  return transformer.ModelConfig.from_dict({**model_sizes.get_config("small"), **kw})
+  return transformer.ModelConfig.from_dict({**presets.get("small"), **kw})
 
 
 @pytest.mark.parametrize("mesh", ["data:8", "data:4,tensor:2"])
@@ -47,7 +46,7 @@ def test_plan_counts_what_the_levers_change():
   )
   fits, text = planner.verdict(base, planner.DEVICES["tpu-v5e"])
   assert fits and "fits" in text
-  big = transformer.ModelConfig.from_dict(model_sizes.get_config("qwen2.5-coder-7b"))
+  big = transformer.ModelConfig.from_dict(presets.get("qwen2.5-coder-7b"))
   plan = planner.analytic(big, planner.parse_mesh("data:1"), planner.Workload(1, 1, 4096))
   assert not planner.verdict(plan, planner.DEVICES["h100-80g"])[0]  # 7.6B x 16 B > 80 GB
 

@@ -8,9 +8,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from configs import model_sizes
 from gagar_jax.errors import ConfigError
-from gagar_jax.models import transformer
+from gagar_jax.models import presets, transformer
 
 
 def test_forward_shapes_and_dtype(nano_config, nano_model):
@@ -30,7 +29,7 @@ def test_param_count_matches_formula(nano_config, nano_model):
 def test_qwen_presets_have_published_sizes():
   # Qwen2.5-Coder-0.5B has 494M parameters, 1.5B has 1.54B, 7B has 7.62B (model cards).
   sizes = {
-    n: transformer.ModelConfig.from_dict(model_sizes.get_config(n)).num_params()
+    n: transformer.ModelConfig.from_dict(presets.get(n)).num_params()
     for n in ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b", "qwen2.5-coder-7b")
   }
   assert sizes["qwen2.5-coder-0.5b"] == pytest.approx(494e6, rel=0.01)
@@ -126,14 +125,14 @@ def test_every_param_has_logical_axes(nano_model):
   ],
 )
 def test_bad_model_config_names_field(field, value, match):
-  d = dict(model_sizes.get_config("nano"))
+  d = dict(presets.get("nano"))
   d[field] = value
   with pytest.raises(ConfigError, match=match):
     transformer.ModelConfig.from_dict(d)
 
 
 def test_unknown_and_missing_model_fields():
-  d = dict(model_sizes.get_config("nano"))
+  d = dict(presets.get("nano"))
   with pytest.raises(ConfigError, match="model.hidden_size: unknown field"):
     transformer.ModelConfig.from_dict({**d, "hidden_size": 3})
   del d["num_layers"]
@@ -145,8 +144,7 @@ def test_unknown_and_missing_model_fields():
 def test_remat_keeps_gradients_and_saves_memory(remat):
   # Rematerialisation recomputes activations in the backward pass: the same gradients,
   # fewer bytes of live temporaries in the compiled training step.
-  cfg = model_sizes.get_config("nano")
-  cfg.num_layers = 3
+  cfg = {**presets.get("nano"), "num_layers": 3}
   base = transformer.ModelConfig.from_dict(cfg)
   tokens = jax.random.randint(jax.random.key(0), (4, 64), 0, base.vocab_size)
 
@@ -171,8 +169,8 @@ def test_remat_keeps_gradients_and_saves_memory(remat):
 
 def test_remat_is_validated():
   with pytest.raises(ConfigError, match="remat"):
-    transformer.ModelConfig.from_dict({**model_sizes.get_config("nano"), "remat": "some"})
-  assert model_sizes.get_config("qwen2.5-coder-7b").dtype == "bfloat16"
-  assert model_sizes.get_config("qwen2.5-coder-7b-bf16").param_dtype == "bfloat16"
+    transformer.ModelConfig.from_dict({**presets.get("nano"), "remat": "some"})
+  assert presets.get("qwen2.5-coder-7b")["dtype"] == "bfloat16"
+  assert presets.get("qwen2.5-coder-7b-bf16")["param_dtype"] == "bfloat16"
   with pytest.raises(ValueError, match="unknown"):
-    model_sizes.get_config("tiny-bf16")
+    presets.get("tiny-bf16")

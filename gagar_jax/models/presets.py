@@ -1,21 +1,19 @@
-"""Model size presets: tiny CPU sizes and the shapes of Qwen2.5-Coder for pods.
+"""Model shape presets: tiny CPU sizes, SmolLM2-135M and the Qwen2.5-Coder shapes for pods.
 
-    from configs import model_sizes
-    model = model_sizes.get_config("tiny")
+    from gagar_jax.models import presets
+    config = transformer.ModelConfig.from_dict(presets.get("tiny"))
 
-The Qwen2.5-Coder shapes match the published `config.json`s, so
-`gagar_jax.models.hf_import.load` on those checkpoints yields the same config.
+The real shapes match the published `config.json`s, so `gagar_jax.models.hf_import` on
+those checkpoints yields the same config. Experiment configs name a preset with
+`size=` (`configs/common.py` `model_config`); policy folders record only the fields that
+differ from their preset (`gagar_jax/policy_io.py`).
 """
 
 from __future__ import annotations
 
-import ml_collections
-from ml_collections import config_dict
-
 # scan_layers: the real shapes (SmolLM2, Qwen) run their layers as a `lax.scan` (compile time
-# flat in depth); the CPU presets leave it None (a bool placeholder, so
-# `--config.model.scan_layers=True` parses), which scans from 8 layers on and loops below
-# (nano, tiny and small loop; see `gagar_jax.models.transformer.SCAN_FROM_LAYERS`).
+# flat in depth); the CPU presets leave it None, which scans from 8 layers on and loops
+# below (nano, tiny and small loop; see `gagar_jax.models.transformer.SCAN_FROM_LAYERS`).
 _COMMON = dict(rope_scaling=None, dtype="float32", param_dtype="float32", remat="none")
 # The Qwen2.5-Coder presets compute in bfloat16 with float32 parameters (mixed precision:
 # the optimizer updates float32 weights); `<preset>-bf16` keeps the parameters (and so the
@@ -130,19 +128,20 @@ PRESETS = {
 
 
 def names() -> list[str]:
-  """Every preset name `get_config` takes (the `-bf16` variants included)."""
+  """Every preset name `get` takes (the `-bf16` variants included)."""
   return sorted([*PRESETS, *(f"{n}-bf16" for n in PRESETS if n.startswith("qwen"))])
 
 
-def get_config(arg: str | None = "tiny") -> ml_collections.ConfigDict:
-  """The model ConfigDict for preset `arg` (see PRESETS; `qwen...-bf16`: bf16 weights)."""
-  name = arg or "tiny"
+def get(name: str = "tiny") -> dict:
+  """The `ModelConfig` fields of preset `name` (see PRESETS; `qwen...-bf16`: bf16 weights).
+  `scan_layers` is None (by depth) unless the preset sets it. Raises ValueError naming the
+  presets for an unknown name."""
+  name = name or "tiny"
   base, bf16 = (name[: -len("-bf16")], True) if name.endswith("-bf16") else (name, False)
   if base not in PRESETS or (bf16 and not base.startswith("qwen")):
     raise ValueError(f"model size {name!r}: unknown; presets are {names()}")
-  d = {**_COMMON, **(_QWEN if base.startswith("qwen") else {}), **PRESETS[base]}
+  d = {**_COMMON, "scan_layers": None, **(_QWEN if base.startswith("qwen") else {})}
+  d.update(PRESETS[base])
   if bf16:
     d["param_dtype"] = "bfloat16"
-  if d.get("scan_layers") is None:
-    d["scan_layers"] = config_dict.placeholder(bool)
-  return ml_collections.ConfigDict(d)
+  return d
