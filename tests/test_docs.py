@@ -1,4 +1,4 @@
-"""The docs name real things: every repository path in README.md and docs/design.md exists,
+"""The docs name real things: every repository path in README.md and docs/*.md exists,
 and no module cites a design file the repository does not have."""
 
 import itertools
@@ -9,7 +9,10 @@ import pytest
 
 from tests.conftest import REPO
 
-DOCS = ("README.md", "docs/design.md")
+DOCS = (
+  "README.md",
+  *sorted(f"docs/{n}" for n in os.listdir(os.path.join(REPO, "docs")) if n.endswith(".md")),
+)
 # Written by runs, not shipped.
 OUTPUTS = (
   "runs/",
@@ -88,7 +91,7 @@ def _exists(path: str, tree: set[str]) -> bool:
 def test_every_path_a_doc_names_exists(doc):
   with open(os.path.join(REPO, doc)) as f:
     paths = _paths(f.read())
-  assert len(paths) > 10, paths  # the extraction found the paths
+  assert len(paths) >= 3, paths  # the extraction found the paths
   tree = _tree()
   missing = sorted(p for p in paths if not _exists(p, tree))
   assert not missing, f"{doc} names paths that do not exist: {missing}"

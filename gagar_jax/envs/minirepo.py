@@ -6,9 +6,9 @@ call and its wrong and right results, visible tests the agent may run, hidden
 tests it never sees (every function of the package on many inputs, boundary
 values included), and the minimal reference fix.
 
-Designed for learnability (see README, "MiniRepo"): the faulty function is named
-in the issue, so the agent addresses its edit by copying that name instead of
-finding a line number; the minimal fix replaces a short span that is unique in
+Designed for learnability (docs/guide.md, "MiniRepo, designed for a tiny model"): the
+faulty function is named in the issue, so the agent addresses its edit by copying that
+name instead of finding a line number; the minimal fix replaces a short span that is unique in
 the function (`replace scale: a + b => a - b`); the whole episode fits in a few
 hundred BPE tokens.
 

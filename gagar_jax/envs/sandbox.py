@@ -6,7 +6,7 @@
     pool.close()
 
 How an evaluation is contained (details in `sandbox_server.py`, design notes in
-the README): the candidate runs as a non-root uid with no capabilities and
+docs/sandbox.md): the candidate runs as a non-root uid with no capabilities and
 no_new_privs, in fresh pid / mount / network / ipc / uts namespaces, over a
 read-only host filesystem with private size-bounded tmpfs on /tmp, $HOME,
 /dev/shm and every masked path, under rlimits (CPU soft = hard, address space,
