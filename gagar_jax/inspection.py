@@ -38,15 +38,6 @@ def _cut(text: str, limit: int = TEXT_LIMIT) -> str:
   return text if len(text) <= limit else text[:limit] + f"\n... ({len(text) - limit} more)"
 
 
-def lambdas(base, new, passed, valid, weights=None) -> np.ndarray:
-  """Per group: sum_P A' / sum_P (w A) over passing valid slots (1 where undefined)."""
-  p = np.asarray(passed) & np.asarray(valid)
-  w = np.ones_like(np.asarray(base)) if weights is None else np.asarray(weights)
-  den = np.sum(np.where(p, w * base, 0.0), axis=-1)
-  num = np.sum(np.where(p, new, 0.0), axis=-1)
-  return np.where(np.abs(den) > 1e-9, num / np.where(np.abs(den) > 1e-9, den, 1.0), 1.0)
-
-
 def group_records(groups, *, before, after, lam, grades, reports, step: int) -> list[dict]:
   """Records of a step's kept groups (see the module docstring).
 

@@ -273,13 +273,14 @@ def compiled(model_config, mesh_config, workload: Workload, rules=None, learner_
     learner.state_shardings,
   )
   n, g, t = workload.num_groups, workload.group_size, workload.seq_len
-  kinds = [np.int32, bool, np.float32, np.float32, np.float32, bool, np.int32, bool]
-  kinds += [np.int32, np.int32, bool, bool]
+  layout = zip(
+    step_lib.Batch.DTYPES,
+    step_lib.Batch.NDIMS,
+    step_lib.batch_shardings(mesh, rules),
+    strict=True,
+  )
   batch = step_lib.Batch(
-    *(
-      jax.ShapeDtypeStruct((n, g, t) if i < 4 else (n, g), kind, sharding=sh)
-      for i, (kind, sh) in enumerate(zip(kinds, step_lib.batch_shardings(mesh, rules), strict=True))
-    )
+    *(jax.ShapeDtypeStruct((n, g, t)[:nd], kind, sharding=sh) for kind, nd, sh in layout)
   )
   memory = learner.train_step.lower(state, batch).compile().memory_analysis()
   if memory is None:

@@ -34,7 +34,7 @@ from gagar_jax.grading import backends
 from gagar_jax.learner import step as step_lib
 from gagar_jax.learner.checkpoint import Checkpointer
 from gagar_jax.learner.learner import Learner
-from gagar_jax.learner.step import Batch, NonFiniteError
+from gagar_jax.learner.step import Batch, Groups, NonFiniteError
 from gagar_jax.models import chat_template
 
 
@@ -129,12 +129,10 @@ def graded_suites(config) -> frozenset[str]:
   return frozenset(chosen)
 
 
-def host_part(rows, host, rewards, ranks, grades) -> Batch:
-  """The advantage inputs of the groups `rows` (an index array or slice) as a host
-  `Batch` (no token arrays), for advantage statistics and group records."""
-  part = Batch(
-    None, None, None, None, rewards[rows], host.passed[rows], ranks[rows], host.valid[rows]
-  )
+def host_part(rows, host, rewards, ranks, grades) -> Groups:
+  """The advantage inputs of the groups `rows` (an index array or slice) as host `Groups`,
+  for advantage statistics and group records."""
+  part = Groups(rewards[rows], host.passed[rows], ranks[rows], host.valid[rows])
   if grades is None:
     return part
   return part._replace(
@@ -403,7 +401,7 @@ class Trainer:
         quality.update({f"{name}/{k}": v for k, v in batch_metrics(sub).items()})
         rows = np.array([i for i, n in enumerate(names) if n == name])
         part = host_part(rows, host, rewards, ranks, grades)
-        _, adv = step_lib.compute_advantages(part, self.learner_cfg.advantage)
+        adv = step_lib.compute_advantages(part, self.learner_cfg.advantage).metrics
         quality.update({f"{name}/{k}": float(v) for k, v in adv.items()})
     metrics = {**ro, **m, **grade_metrics, **times, **quality, "skipped": 0.0}
     return state, counter[0], metrics
@@ -411,36 +409,15 @@ class Trainer:
   def _record_groups(self, groups, host, rewards, ranks, grades) -> None:
     """Writes this step's group records (`inspection.py`): advantages before and after
     redistribution recomputed on the host exactly as the learner's step does."""
-    from gagar_jax import advantages as adv_lib
     from gagar_jax import inspection
 
     part = host_part(slice(0, len(groups)), host, rewards, ranks, grades)
-    cfg = self.learner_cfg.advantage
-    after, _ = step_lib.compute_advantages(part, cfg)
-    part = part.with_grade_defaults()
-    if cfg.mode == "tiered":
-      before = adv_lib.group_advantages(part.rewards, part.valid, estimator="drgrpo")
-      _, lam, _ = adv_lib.tiered_advantages(
-        part.rewards, part.passed, part.valid, part.tiers, part.tier_ranks,
-        part.hacks & cfg.hacks, np.any(part.graded, axis=-1), lambda_max=cfg.lambda_max,
-        f_runner=cfg.f_runner, f_max=cfg.f_max, f_min=cfg.f_min, f_low=cfg.f_low,
-      )  # fmt: skip
-      lam = np.asarray(lam)
-    else:
-      before = adv_lib.group_advantages(
-        part.rewards, part.valid, estimator=cfg.estimator, eps=cfg.eps
-      )
-      weights = adv_lib.rank_weights(
-        part.ranks, part.passed, part.valid, scheme=cfg.scheme, **cfg.scheme_kwargs
-      )
-      lam = inspection.lambdas(
-        np.asarray(before), np.asarray(after), part.passed, part.valid, np.asarray(weights)
-      )
+    adv = step_lib.compute_advantages(part, self.learner_cfg.advantage)
     records = inspection.group_records(
       groups,
-      before=np.asarray(before),
-      after=np.asarray(after),
-      lam=lam,
+      before=np.asarray(adv.base),
+      after=np.asarray(adv.new),
+      lam=np.asarray(adv.lam),
       grades=grades,
       reports=self.grader_loop.reports if self.grades else {},
       step=self.current_step,

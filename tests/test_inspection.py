@@ -3,6 +3,7 @@
 import numpy as np
 
 from gagar_jax import inspection
+from gagar_jax.learner import step as step_lib
 
 
 def test_thinning_keeps_recent_steps_and_bounds_the_count(tmp_path):
@@ -24,9 +25,11 @@ def test_lambda_is_the_passing_sets_rescale():
   w = np.array([[1.0, 0.5, 1.0, 1.0]])
   new = np.array([[4 / 3, 2 / 3, -2.0, 0.0]])  # sum_P preserved: 2 = lam * (1 + 0.5)
   passed, valid = np.array([[True, True, False, False]]), np.ones((1, 4), bool)
-  np.testing.assert_allclose(inspection.lambdas(base, new, passed, valid, w), [4 / 3])
+  np.testing.assert_allclose(
+    step_lib.credit_lambda(base, new, passed, valid, w), [4 / 3], rtol=1e-6
+  )
   none = np.zeros((1, 4), bool)
-  np.testing.assert_allclose(inspection.lambdas(base, new, none, valid, w), [1.0])
+  np.testing.assert_allclose(step_lib.credit_lambda(base, new, none, valid, w), [1.0])
 
 
 def _candidate(passed, hack=0, out_of_scope=0, invalid=0, tokens=100):

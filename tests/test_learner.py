@@ -290,8 +290,8 @@ def test_sharded_step_equals_single_device(devices8, mesh1):
     batch = helpers.with_logprobs(learner, state, helpers.synthetic_batch(2))
     batch = batch._replace(old_logprobs=batch.old_logprobs - 0.05)
     device_batch = learner.shard_batch(batch)
-    advantages, _ = jax.jit(
-      lambda b, learner=learner: step_lib.compute_advantages(b, learner.config.advantage)
+    advantages = jax.jit(
+      lambda b, learner=learner: step_lib.compute_advantages(b, learner.config.advantage).new
     )(device_batch)
     state, metrics = learner.step(state, device_batch)
     q = state.params["layers"]["attn"]["q_proj"].get_value()

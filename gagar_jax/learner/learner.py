@@ -53,10 +53,11 @@ class Learner:
     """
     if not process_local:
       step_lib.check_batch(batch, self.mesh, self.config.micro_batches, self.rules)
-    dtypes = (np.int32, bool, np.float32, np.float32, np.float32, bool, np.int32, bool)
-    dtypes += (np.int32, np.int32, bool, bool)  # tiers, tier_ranks, hacks, graded
     host = step_lib.Batch(
-      *(np.asarray(x, dtype) for x, dtype in zip(batch.with_grade_defaults(), dtypes, strict=True))
+      *(
+        np.asarray(x, dtype)
+        for x, dtype in zip(batch.with_grade_defaults(), step_lib.Batch.DTYPES, strict=True)
+      )
     )
     if process_local:
       device = sharding.shard_local_batch(host, self.mesh, self.rules)

@@ -14,7 +14,8 @@ Compiled once per run (fixed shapes, explicit in/out shardings, state donated).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import collections
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -31,40 +32,53 @@ from gagar_jax.learner.train_state import TrainState, make_schedule
 from gagar_jax.models import transformer
 
 
-class Batch(NamedTuple):
-  """N groups x G trajectories of T tokens; what the rollout hands the learner.
+class Sequences(NamedTuple):
+  """The token part of a `Batch`: `[N, G, T]` (N groups x G trajectories x T positions).
 
   Attributes:
-    tokens: int32 `[N, G, T]` whole transcripts (prompt, actions, observations), right-padded.
-    mask: bool `[N, G, T]`, True at tokens the policy generated (the only ones the loss sees).
-    old_logprobs: float32 `[N, G, T]`, log-probs of each token under the sampling policy.
-    ref_logprobs: float32 `[N, G, T]`, under the reference policy; read only when KL is on
-      (the trainer passes the old log-probs there when it is off).
-    rewards: float32 `[N, G]`.
-    passed: bool `[N, G]`, hidden tests passed.
-    ranks: int32 `[N, G]`, the grader's ranks of passing trajectories (0 = best).
-    valid: bool `[N, G]`, False at padding slots.
-    tiers, tier_ranks: int32 `[N, G]`, the grader's tier (0 = T1 .. 2 = T3) and tied rank
-      within it (`advantage.mode = "tiered"`); None = T2 / 0.
-    hacks: bool `[N, G]`, confirmed reward hacks; None = none.
-    graded: bool `[N, G]` (constant along G), the group's grading is usable; None = no.
+    tokens: int32, whole transcripts (prompt, actions, observations), right-padded.
+    mask: bool, True at tokens the policy generated (the only ones the loss sees).
+    old_logprobs: float32, log-probs of each token under the sampling policy.
+    ref_logprobs: float32, under the reference policy; read only when KL is on (the
+      trainer passes the old log-probs there when it is off).
   """
 
-  tokens: jax.Array
-  mask: jax.Array
-  old_logprobs: jax.Array
-  ref_logprobs: jax.Array
-  rewards: jax.Array
-  passed: jax.Array
-  ranks: jax.Array
-  valid: jax.Array
-  tiers: jax.Array | None = None
-  tier_ranks: jax.Array | None = None
-  hacks: jax.Array | None = None
-  graded: jax.Array | None = None
+  tokens: Any
+  mask: Any
+  old_logprobs: Any
+  ref_logprobs: Any
 
-  def with_grade_defaults(self) -> Batch:
-    """The same batch with absent grade fields filled (T2, rank 0, no hacks, ungraded)."""
+  DTYPES = (np.int32, np.bool_, np.float32, np.float32)
+
+
+class Groups(NamedTuple):
+  """The group part of a `Batch`: `[N, G]`, one entry per trajectory; all that the
+  advantages are computed from (`compute_advantages`).
+
+  Attributes:
+    rewards: float32.
+    passed: bool, hidden tests passed.
+    ranks: int32, the grader's ranks of passing trajectories (0 = best).
+    valid: bool, False at padding slots.
+    tiers, tier_ranks: int32, the grader's tier (0 = T1 .. 2 = T3) and tied rank within
+      it (`advantage.mode = "tiered"`); None = T2 / 0.
+    hacks: bool, confirmed reward hacks; None = none.
+    graded: bool (constant along G), the group's grading is usable; None = no.
+  """
+
+  rewards: Any
+  passed: Any
+  ranks: Any
+  valid: Any
+  tiers: Any = None
+  tier_ranks: Any = None
+  hacks: Any = None
+  graded: Any = None
+
+  DTYPES = (np.float32, np.bool_, np.int32, np.bool_, np.int32, np.int32, np.bool_, np.bool_)
+
+  def with_grade_defaults(self) -> Groups:
+    """The same groups with absent grade fields filled (T2, rank 0, no hacks, ungraded)."""
     shape = np.shape(self.rewards)
     return self._replace(
       tiers=np.ones(shape, np.int32) if self.tiers is None else self.tiers,
@@ -73,37 +87,76 @@ class Batch(NamedTuple):
       graded=np.zeros(shape, bool) if self.graded is None else self.graded,
     )
 
+
+_SEQ = len(Sequences._fields)
+
+
+class Batch(
+  collections.namedtuple(
+    "Batch", Sequences._fields + Groups._fields, defaults=Groups._field_defaults.values()
+  )
+):
+  """N groups x G trajectories: the `Sequences` fields, then the `Groups` fields (each
+  part described once, there); what the rollout hands the learner, sharded along N."""
+
+  __slots__ = ()
+  DTYPES = Sequences.DTYPES + Groups.DTYPES
+  NDIMS = (3,) * len(Sequences._fields) + (2,) * len(Groups._fields)
+
+  @classmethod
+  def join(cls, seqs: Sequences, groups: Groups) -> Batch:
+    return cls(*seqs, *groups)
+
+  @property
+  def seqs(self) -> Sequences:
+    return Sequences(*self[:_SEQ])
+
+  @property
+  def groups(self) -> Groups:
+    return Groups(*self[_SEQ:])
+
+  def with_grade_defaults(self) -> Batch:
+    return Batch.join(self.seqs, self.groups.with_grade_defaults())
+
   @classmethod
   def from_rollout(cls, arrays) -> Batch:
     """Packs a rollout's host arrays (`tokens`, `mask`, `logprobs`, `rewards`, `passed`,
     `valid`; e.g. `rollout.to_arrays`). `old_logprobs` are the sampling log-probs (the
     trainer replaces them with the learner's recomputation); `ref_logprobs` and `ranks`
     are zeros (the trainer fills them in after grading)."""
-    ranks = np.zeros(np.shape(arrays.rewards), np.int32)
     logprobs = np.asarray(arrays.logprobs, np.float32)
-    return cls(
-      arrays.tokens,
-      arrays.mask,
-      logprobs,
-      np.zeros_like(logprobs),
-      arrays.rewards,
-      arrays.passed,
-      ranks,
-      arrays.valid,
-    )
+    seqs = Sequences(arrays.tokens, arrays.mask, logprobs, np.zeros_like(logprobs))
+    ranks = np.zeros(np.shape(arrays.rewards), np.int32)
+    return cls.join(seqs, Groups(arrays.rewards, arrays.passed, ranks, arrays.valid))
 
 
-def compute_advantages(batch: Batch, cfg: AdvantageConfig):
-  """Group advantages, then redistribution; returns (A' `[N, G]`, metrics).
+class Advantages(NamedTuple):
+  """What `compute_advantages` gives: `[N, G]` advantages before (`base`) and after
+  (`new`) redistribution, `[N]` lambda per group (tiered: the kernel's capped rescale;
+  rank: sum_P A' / sum_P (w A) over passing slots, 1 where undefined) and the step's
+  advantage metrics. The learner's step reads `new` and `metrics` (the rest is dead code
+  there); the trainer's group records read all of it, so the arms' dispatch is here once."""
+
+  base: jax.Array
+  new: jax.Array
+  lam: jax.Array
+  metrics: dict
+
+
+def compute_advantages(groups: Groups, cfg: AdvantageConfig) -> Advantages:
+  """Group advantages, then redistribution (`groups`: a `Groups`, or a `Batch`).
 
   `cfg.mode = "tiered"`: the paper's protocol (`advantages.tiered_advantages`: hacks reset,
   r - mean(r), tier factors, capped rescale, re-centred), with lambda and the capped share
   in the metrics."""
+  if isinstance(groups, Batch):
+    groups = groups.groups
   if cfg.mode == "tiered":
-    b = batch.with_grade_defaults()
+    b = groups.with_grade_defaults()
     base = adv_lib.group_advantages(b.rewards, b.valid, estimator="drgrpo")
     if not cfg.redistribute:
-      return base, advantage_metrics(base, base, b)
+      ones = jnp.ones(jnp.shape(base)[:-1], jnp.float32)
+      return Advantages(base, base, ones, advantage_metrics(base, base, b))
     new, lam, capped = adv_lib.tiered_advantages(
       b.rewards,
       b.passed,
@@ -124,24 +177,37 @@ def compute_advantages(batch: Batch, cfg: AdvantageConfig):
     metrics["lambda_mean"] = jnp.sum(jnp.where(graded, lam, 0.0)) / n_graded
     metrics["lambda_capped_share"] = jnp.sum(graded & capped) / n_graded
     metrics["hacks_reset"] = jnp.sum(b.hacks & b.passed & b.valid & cfg.hacks).astype(jnp.float32)
-    return new, metrics
-  base = adv_lib.group_advantages(batch.rewards, batch.valid, estimator=cfg.estimator, eps=cfg.eps)
+    return Advantages(base, new, lam, metrics)
+  g = groups
+  base = adv_lib.group_advantages(g.rewards, g.valid, estimator=cfg.estimator, eps=cfg.eps)
   if cfg.redistribute:
     new = adv_lib.redistribute(
       base,
-      batch.passed,
-      batch.ranks,
-      batch.valid,
+      g.passed,
+      g.ranks,
+      g.valid,
       preserve_sum=cfg.preserve_sum,
       scheme=cfg.scheme,
       **cfg.scheme_kwargs,
     )
   else:
     new = base
-  return new, advantage_metrics(base, new, batch)
+  weights = adv_lib.rank_weights(g.ranks, g.passed, g.valid, scheme=cfg.scheme, **cfg.scheme_kwargs)
+  lam = credit_lambda(base, new, g.passed, g.valid, weights)
+  return Advantages(base, new, lam, advantage_metrics(base, new, g))
 
 
-def advantage_metrics(base, new, batch: Batch) -> dict:
+def credit_lambda(base, new, passed, valid, weights=None) -> jax.Array:
+  """Per group: sum_P A' / sum_P (w A) over passing valid slots (1 where undefined)."""
+  p = jnp.asarray(passed) & jnp.asarray(valid)
+  w = jnp.ones_like(base) if weights is None else weights
+  den = jnp.sum(jnp.where(p, w * base, 0.0), axis=-1)
+  num = jnp.sum(jnp.where(p, new, 0.0), axis=-1)
+  ok = jnp.abs(den) > 1e-9
+  return jnp.where(ok, num / jnp.where(ok, den, 1.0), 1.0)
+
+
+def advantage_metrics(base, new, batch: Groups) -> dict:
   """How much credit redistribution moved, and plain advantage statistics."""
   valid, passing = batch.valid, batch.passed & batch.valid
   informative = adv_lib.informative_groups(batch.passed, batch.valid)
@@ -383,7 +449,8 @@ def make_train_step(
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
   def inputs(batch: Batch):
-    advantages, adv_metrics = compute_advantages(batch, config.advantage)
+    adv = compute_advantages(batch.groups, config.advantage)
+    advantages, adv_metrics = adv.new, adv.metrics
     tokens, mask = _flatten(batch.tokens), _flatten(batch.mask)
     old, ref = _flatten(batch.old_logprobs), _flatten(batch.ref_logprobs)
     # Batch-wide denominators make the sum of micro-batch losses equal the full loss.
@@ -476,8 +543,7 @@ def make_train_step(
 
 def batch_shardings(mesh, rules=None) -> Batch:
   """Every batch field sharded along its group axis N over the batch mesh axes."""
-  nds = (3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2)
-  return Batch(*(sharding.batch_sharding(mesh, rules, nd) for nd in nds))
+  return Batch(*(sharding.batch_sharding(mesh, rules, nd) for nd in Batch.NDIMS))
 
 
 def make_logprob_fn(graphdef, params_shardings, mesh, rules=None):
@@ -494,8 +560,8 @@ def make_logprob_fn(graphdef, params_shardings, mesh, rules=None):
 def check_batch(batch: Batch, mesh, micro_batches: int, rules=None) -> None:
   """Clear errors for shapes that cannot be split as configured."""
   n, g, t = np.shape(batch.tokens)
-  for name, x in batch.with_grade_defaults()._asdict().items():
-    want = (n, g, t) if name in ("tokens", "mask", "old_logprobs", "ref_logprobs") else (n, g)
+  for (name, x), nd in zip(batch.with_grade_defaults()._asdict().items(), Batch.NDIMS, strict=True):
+    want = (n, g, t)[:nd]
     if tuple(np.shape(x)) != want:
       raise ValueError(f"batch.{name} has shape {np.shape(x)}, expected {want}")
   check_split(n, mesh, micro_batches, rules)
