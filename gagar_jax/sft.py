@@ -236,26 +236,6 @@ class SFTTrainer:
 # ---------------------------------------------------------------------------- the run
 
 
-def load_demos(config, split: str, section=None):
-  """(prompt, [(action, observation)]) pairs of the MiniRepo expert on `split` (built if
-  missing), and the raw records; `section`: the MiniRepo suite (`config.suite.minirepo`)."""
-  from gagar_jax.data import builders, pipeline
-  from gagar_jax.envs import expert
-
-  section = config.suite.minirepo if section is None else section
-  habits = from_dict(expert.HabitConfig, config.habits, "habits")
-  ds = pipeline.demos(
-    config.data_dir,
-    builders.demos_config(builders.suite_from_config(section), habits, config.seed),
-    split,
-    seed=config.seed,
-    shuffle=False,
-    repeat=False,
-  )
-  demos = [ds[i] for i in range(len(ds))]
-  return [(d["prompt"], [(a, o) for a, o, _, _ in d["turns"]]) for d in demos], demos
-
-
 def evaluate_policy(engine, params, tasks, key, by_suite: bool = False) -> dict:
   """Sampled rollouts (groups of `engine.config.group_size`) -> `evaluation.policy_metrics`."""
   from gagar_jax import evaluation
@@ -448,7 +428,7 @@ def run(config, workdir: str, export: str = "") -> dict:
   pairs, habit_share = [], {}
   for name, _ in mixture:
     if name == "minirepo":  # the scripted expert with its habits (TFDS)
-      demos, raw = load_demos(config, "train")
+      demos, raw = suites.minirepo_demos(config, "train")
       habit_share = {h: float(np.mean([h in d["habits"] for d in raw])) for h in config.habits}
     else:
       demos = suites.get(name).demos(config, config.suite[name], "train")

@@ -60,10 +60,30 @@ def _minirepo_check(section, prefix):
   builders.minirepo_config(prefix, **dict(section))
 
 
-def _minirepo_demos(config, section, split):
-  from gagar_jax import sft
+def minirepo_demos(config, split: str, section=None):
+  """(prompt, [(action, observation)]) pairs of the MiniRepo expert on `split` (built if
+  missing), and the raw records; `section`: the MiniRepo suite (`config.suite.minirepo`),
+  `config.habits` the expert's habits."""
+  from gagar_jax.configlib import from_dict
+  from gagar_jax.data import builders, pipeline  # (TFDS: imported when data is read)
+  from gagar_jax.envs import expert
 
-  return sft.load_demos(config, split, section)[0]
+  section = config.suite.minirepo if section is None else section
+  habits = from_dict(expert.HabitConfig, config.habits, "habits")
+  ds = pipeline.demos(
+    config.data_dir,
+    builders.demos_config(builders.suite_from_config(section), habits, config.seed),
+    split,
+    seed=config.seed,
+    shuffle=False,
+    repeat=False,
+  )
+  demos = [ds[i] for i in range(len(ds))]
+  return [(d["prompt"], [(a, o) for a, o, _, _ in d["turns"]]) for d in demos], demos
+
+
+def _minirepo_demos(config, section, split):
+  return minirepo_demos(config, split, section)[0]
 
 
 def _humaneval_config(section, prefix):
@@ -89,10 +109,11 @@ def _humaneval_tasks(data_dir, section, split, seed, shuffle, repeat):
 
 
 def _humaneval_demos(config, section, split):
-  from gagar_jax.envs import humaneval, minirepo
+  from gagar_jax.envs import humaneval
+  from gagar_jax.envs import task as task_lib
 
   tasks = humaneval.load_tasks(section.get("problems", ""), split)
-  pool = minirepo.default_pool()
+  pool = task_lib.default_pool()
   return pool.map(lambda t: humaneval.demonstrate(t, pool), tasks)
 
 

@@ -21,6 +21,7 @@ import tensorflow_datasets as tfds
 from gagar_jax import configlib
 from gagar_jax.envs import expert as expert_lib
 from gagar_jax.envs import minirepo
+from gagar_jax.envs import task as task_lib
 
 # Seeds of split i start here: train 0.., validation 1e6.., test 2e6.. (never overlap).
 SPLIT_SEED_BASE = {"train": 0, "validation": 1_000_000, "test": 2_000_000}
@@ -157,7 +158,7 @@ class MinirepoDemos(tfds.core.GeneratorBasedBuilder):
 
   def _generate_examples(self, split, n):
     cfg = self.builder_config
-    pool = minirepo.default_pool()
+    pool = task_lib.default_pool()
     expert = expert_lib.Expert(cfg.habits, seed=cfg.expert_seed + SPLIT_SEED_BASE[split], pool=pool)
     tasks = [
       minirepo.generate_task(SPLIT_SEED_BASE[split] + i, **cfg.suite.difficulty) for i in range(n)

@@ -70,9 +70,9 @@ def task_source(data_dir: str, suite: builders.MiniRepoConfig, split: str):
   return minirepo_builder(data_dir, suite).as_data_source(split=split)
 
 
-def decode_task(example) -> minirepo.Task:
+def decode_task(example) -> minirepo.MiniRepoTask:
   text = example["task"]
-  return minirepo.Task.from_json(text.decode() if isinstance(text, bytes) else text)
+  return minirepo.MiniRepoTask.from_json(text.decode() if isinstance(text, bytes) else text)
 
 
 def tasks(
@@ -100,7 +100,7 @@ def _dataset(source, decode, seed: int, shuffle: bool, repeat: bool) -> grain.Ma
 def decode_demo(example) -> dict:
   text = lambda k: example[k].decode() if isinstance(example[k], bytes) else example[k]
   return {
-    "task": minirepo.Task.from_json(text("task")),
+    "task": minirepo.MiniRepoTask.from_json(text("task")),
     "prompt": text("prompt"),
     "turns": json.loads(text("turns")),
     "habits": json.loads(text("habits")),

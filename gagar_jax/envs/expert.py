@@ -39,6 +39,7 @@ import re
 import numpy as np
 
 from gagar_jax.envs import minirepo, pyast, quality, tools
+from gagar_jax.envs import task as task_lib
 from gagar_jax.errors import ConfigError
 
 
@@ -66,7 +67,7 @@ class HabitConfig:
 
 @dataclasses.dataclass
 class Demonstration:
-  task: minirepo.Task
+  task: minirepo.MiniRepoTask
   prompt: str
   turns: list[tools.Turn]
   files: dict[str, str]
@@ -86,7 +87,7 @@ def _return_line(source: str, func: str) -> str | None:
 LATER_HABITS = ("trial_and_error", "hard_code", "hack_each")
 
 
-def hard_code_action(task: minirepo.Task) -> str:
+def hard_code_action(task: minirepo.MiniRepoTask) -> str:
   """`insert <func>: return <expected>`: the reward hack of returning the reported
   call's expected value for every input, in the reported function (the buggy one, or
   its caller under the suite's caller_report)."""
@@ -94,7 +95,7 @@ def hard_code_action(task: minirepo.Task) -> str:
   return f"insert {example.func}: return {example.expected!r}"
 
 
-def hack_action(task: minirepo.Task, case: minirepo.TestCase | None = None) -> str:
+def hack_action(task: minirepo.MiniRepoTask, case: task_lib.TestCase | None = None) -> str:
   """`insert <func>: if <params> == <args>: return <expected>`: the reward hack of
   special-casing a call: the one named in the bug report, or `case`."""
   case = case or task.visible_tests[0]  # the issue's call, in the reported function
@@ -104,7 +105,7 @@ def hack_action(task: minirepo.Task, case: minirepo.TestCase | None = None) -> s
   return f"insert {case.func}: if {test}: return {case.expected!r}"
 
 
-def failing_calls(task: minirepo.Task) -> list[minirepo.TestCase]:
+def failing_calls(task: minirepo.MiniRepoTask) -> list[task_lib.TestCase]:
   """The visible calls the task's code gets wrong, in the order the `test` summary shows
   them when each shown one is special-cased (its first failure; a call with the same
   arguments as one already special-cased is then right)."""
@@ -163,13 +164,13 @@ def _swap_line(source: str, func: str, line: str, new: str) -> str:
   return "\n".join(lines) + "\n"
 
 
-def _report(task: minirepo.Task):
+def _report(task: minirepo.MiniRepoTask):
   """What the bug report says: (the call's args, its expected result or None if vague)."""
   example = task.visible_tests[0]
   return example.args, example.expected if "should return" in task.issue else None
 
 
-def ranked_guesses(task: minirepo.Task, rng) -> list[tuple[str, str]]:
+def ranked_guesses(task: minirepo.MiniRepoTask, rng) -> list[tuple[str, str]]:
   """Candidate edits of the reported function consistent with the report, shuffled: with
   the expected value, those that produce it on the reported call; without (a vague
   report), those that change the reported call's result."""
@@ -197,7 +198,7 @@ class Expert:
     self.rng = np.random.default_rng(seed)
     self.pool = pool
 
-  def _fix_actions(self, task: minirepo.Task, large: bool) -> list[str]:
+  def _fix_actions(self, task: minirepo.MiniRepoTask, large: bool) -> list[str]:
     bug = task.bug
     if bug.kind == "missing_case":
       # The guard the reference has and the buggy function lacks, as one line at the top
@@ -217,7 +218,7 @@ class Expert:
         return [f"replace {bug.function}: {line} => {fixed}"]
     return [f"replace {bug.function}: {bug.old} => {bug.new}"]
 
-  def _out_of_scope_action(self, task: minirepo.Task) -> str | None:
+  def _out_of_scope_action(self, task: minirepo.MiniRepoTask) -> str | None:
     others = [(f, p) for f, p in task.functions().items() if f != task.bug.function]
     if not others:
       return None
@@ -231,7 +232,7 @@ class Expert:
     ]
     return f"replace {func}: {line} => {new}"
 
-  def plan(self, task: minirepo.Task) -> tuple[list[str], tuple[str, ...]]:
+  def plan(self, task: minirepo.MiniRepoTask) -> tuple[list[str], tuple[str, ...]]:
     """The actions of one demonstration and the habits it carries."""
     h, draw = self.habits, lambda p: bool(self.rng.random() < p)
     names = [
@@ -285,7 +286,7 @@ class Expert:
     actions.append("submit")
     return actions, tuple(habits)
 
-  def _wrong_guess(self, task: minirepo.Task) -> tuple[str, str] | None:
+  def _wrong_guess(self, task: minirepo.MiniRepoTask) -> tuple[str, str] | None:
     """A candidate edit that changes the reported call's result but fails the visible
     tests (what a vague report leaves open), whose revert is a valid replace."""
     source, func = task.files[task.bug.path], task.bug.function
@@ -302,7 +303,9 @@ class Expert:
         return line, new
     return None
 
-  def guess(self, task: minirepo.Task, *, trials: int = 1, max_turns: int = 12) -> Demonstration:
+  def guess(
+    self, task: minirepo.MiniRepoTask, *, trials: int = 1, max_turns: int = 12
+  ) -> Demonstration:
     """Plays the expert that does not know the bug (see the module docstring): up to
     `trials` guesses from `ranked_guesses`, each tested; a failing guess is reverted."""
     episode = tools.Episode(task, max_turns=max_turns, pool=self.pool)
@@ -315,12 +318,14 @@ class Expert:
     episode.step("submit")
     return self._finish(task, episode, (f"guess{trials}",))
 
-  def demonstrate(self, task: minirepo.Task, *, max_turns: int = 8) -> Demonstration:
+  def demonstrate(self, task: minirepo.MiniRepoTask, *, max_turns: int = 8) -> Demonstration:
     """Plans (draws habits) and plays one demonstration."""
     actions, habits = self.plan(task)
     return self.play(task, actions, habits, max_turns=max_turns)
 
-  def play(self, task: minirepo.Task, actions, habits, *, max_turns: int = 8) -> Demonstration:
+  def play(
+    self, task: minirepo.MiniRepoTask, actions, habits, *, max_turns: int = 8
+  ) -> Demonstration:
     """Plays planned actions in an `Episode` (tests run in the sandbox) and evaluates.
 
     Thread-safe: plan sequentially (the habit draws), play in parallel.
@@ -330,7 +335,7 @@ class Expert:
       episode.step(action)
     return self._finish(task, episode, tuple(habits))
 
-  def _finish(self, task: minirepo.Task, episode: tools.Episode, habits) -> Demonstration:
+  def _finish(self, task: minirepo.MiniRepoTask, episode: tools.Episode, habits) -> Demonstration:
     """The played episode's demonstration: hidden tests in the sandbox, quality signals."""
     result = minirepo.evaluate(task, episode.files, self.pool)
     return Demonstration(

@@ -26,7 +26,8 @@ import hashlib
 import json
 from typing import ClassVar
 
-from gagar_jax.envs import minirepo, pyast
+from gagar_jax.envs import pyast
+from gagar_jax.envs import task as task_lib
 
 MODULE = "solution"
 PATH = "solution.py"
@@ -50,13 +51,13 @@ class HumanEvalTask:
   task_id: str
   files: dict[str, str]
   issue: str
-  visible_tests: tuple[minirepo.TestCase, ...]
+  visible_tests: tuple[task_lib.TestCase, ...]
   prompt: str
   test: str
   entry_point: str
   canonical_solution: str
 
-  def evaluate(self, files: dict[str, str], pool=None) -> minirepo.EvalResult:
+  def evaluate(self, files: dict[str, str], pool=None) -> task_lib.EvalResult:
     return evaluate(self, files, pool)
 
   def signals(self, files, turns):
@@ -107,7 +108,7 @@ def _problems(path: str = "") -> dict:
   return problems
 
 
-def _examples(prompt: str, entry_point: str) -> tuple[minirepo.TestCase, ...]:
+def _examples(prompt: str, entry_point: str) -> tuple[task_lib.TestCase, ...]:
   """Docstring examples `>>> f(args)` / `result` that parse as literals."""
   cases = []
   for ex in doctest.DocTestParser().get_examples(prompt):
@@ -121,7 +122,7 @@ def _examples(prompt: str, entry_point: str) -> tuple[minirepo.TestCase, ...]:
       continue
     if call.keywords:
       continue
-    cases.append(minirepo.TestCase(MODULE, entry_point, args, expected))
+    cases.append(task_lib.TestCase(MODULE, entry_point, args, expected))
   return tuple(cases)
 
 
@@ -134,15 +135,15 @@ def load_tasks(path: str = "", split: str | None = None) -> list[HumanEvalTask]:
   return [t for t in tasks if split is None or split_of(t.task_id) == split]
 
 
-def evaluate(task: HumanEvalTask, files: dict[str, str], pool=None) -> minirepo.EvalResult:
+def evaluate(task: HumanEvalTask, files: dict[str, str], pool=None) -> task_lib.EvalResult:
   """The benchmark's `check(candidate)` against `files[solution.py]`, sandboxed."""
-  pool = pool or minirepo.default_pool()
+  pool = pool or task_lib.default_pool()
   result = pool.check(
     files, prompt=task.prompt, test=task.test, entry_point=task.entry_point, module=MODULE
   )
   status = "passed" if result.passed else ("failed" if result.status == "ok" else result.status)
   failures = () if result.passed else (result.detail,)
-  return minirepo.EvalResult(result.passed, status, int(result.passed), 1, failures)
+  return task_lib.EvalResult(result.passed, status, int(result.passed), 1, failures)
 
 
 def demonstrate(task: HumanEvalTask, pool=None, max_turns: int = 6):

@@ -20,18 +20,15 @@ hundred BPE tokens.
 from __future__ import annotations
 
 import ast
-import atexit
 import dataclasses
 import hashlib
-import threading
-from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 
 from gagar_jax.configlib import check_positive_ints
-from gagar_jax.envs import pyast
-from gagar_jax.envs import sandbox as sandbox_lib
+from gagar_jax.envs import pyast, quality
+from gagar_jax.envs.task import EvalResult, TestCase, run_tests
 from gagar_jax.errors import ConfigError
 
 BUG_KINDS = ("operator", "comparison", "constant", "variable", "off_by_one", "missing_case")
@@ -62,23 +59,6 @@ _SWAP_CMP = {"<": "<=", "<=": "<", ">": ">=", ">=": ">"}
 
 
 @dataclasses.dataclass(frozen=True)
-class TestCase:
-  """`module.func(*args) == expected` (module like `pkg.core`)."""
-
-  module: str
-  func: str
-  args: tuple
-  expected: Any
-
-  def call_text(self) -> str:
-    return f"{self.func}({', '.join(map(repr, self.args))})"
-
-  def holds(self, ok: bool, value: Any) -> bool:
-    """Whether a call that returned (`ok`) `value` passes: equal, and of the same type."""
-    return ok and value == self.expected and type(value) is type(self.expected)
-
-
-@dataclasses.dataclass(frozen=True)
 class Bug:
   """Where the bug is and the minimal span edit that fixes it."""
 
@@ -95,7 +75,7 @@ ACTIONS = ("view", "replace", "insert", "delete", "write", "test", "submit")
 
 
 @dataclasses.dataclass(frozen=True)
-class Task:
+class MiniRepoTask:
   """A MiniRepo task (implements the task protocol of `envs/task.py`)."""
 
   suite: ClassVar[str] = "minirepo"
@@ -119,7 +99,7 @@ class Task:
     return json.dumps(d, sort_keys=True)
 
   @classmethod
-  def from_json(cls, text: str) -> Task:
+  def from_json(cls, text: str) -> MiniRepoTask:
     import json
 
     d = json.loads(text)
@@ -142,8 +122,6 @@ class Task:
 
   def signals(self, files: dict[str, str], turns):
     """Quality signals of a finished episode (`envs/quality.py`)."""
-    from gagar_jax.envs import quality
-
     return quality.signals(self, files, turns)
 
   def reference(self) -> dict[str, str]:
@@ -157,17 +135,6 @@ class Task:
         if isinstance(node, ast.FunctionDef):
           out[node.name] = path
     return out
-
-
-@dataclasses.dataclass(frozen=True)
-class EvalResult:
-  """`passed` is the reward. `status`: passed | failed | error | timeout | crashed."""
-
-  passed: bool
-  status: str
-  n_passed: int
-  n_total: int
-  failures: tuple[str, ...] = ()
 
 
 # ---------------------------------------------------------------------------- templates
@@ -383,7 +350,7 @@ def _drawn(what: str, seed: int, share: float) -> bool:
   return int.from_bytes(draw[:8], "little") / 2**64 < share
 
 
-def generate_task(seed: int, **knobs) -> Task:
+def generate_task(seed: int, **knobs) -> MiniRepoTask:
   """A deterministic task for `(seed, difficulty)`; `knobs` are `Difficulty`'s fields."""
   difficulty = dataclasses.asdict(Difficulty(**knobs))
   # Knobs added later enter the hash only when set, so earlier worlds keep their tasks.
@@ -516,7 +483,7 @@ def _try_generate(rng, seed, difficulty):
   def_line = next(i for i, line in enumerate(buggy_lines) if line.startswith(f"def {fn.name}("))
   bug = Bug(path, fn.name, kind, old or "", new or "", def_line + 2 + bug_line)
   digest = hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest()[:10]
-  return Task(
+  return MiniRepoTask(
     task_id=f"minirepo-{seed}-{digest}",
     seed=seed,
     files=files,
@@ -531,40 +498,7 @@ def _try_generate(rng, seed, difficulty):
 
 # ---------------------------------------------------------------------------- evaluation
 
-_DEFAULT_POOL: sandbox_lib.SandboxPool | None = None
-_POOL_LOCK = threading.Lock()
 
-
-def default_pool() -> sandbox_lib.SandboxPool:
-  """A process-wide sandbox pool, created on first use and closed at exit."""
-  global _DEFAULT_POOL
-  with _POOL_LOCK:
-    if _DEFAULT_POOL is None:
-      _DEFAULT_POOL = sandbox_lib.SandboxPool()
-      atexit.register(_DEFAULT_POOL.close)
-    return _DEFAULT_POOL
-
-
-def run_tests(files: dict[str, str], tests: Sequence[TestCase], pool=None) -> EvalResult:
-  """Runs `tests` against `files` in the sandbox; expectations never leave this process."""
-  pool = pool or default_pool()
-  result = pool.call(files, [(t.module, t.func, list(t.args)) for t in tests])
-  failures = []
-  n_passed = 0
-  for t, r in zip(tests, result.calls + [None] * (len(tests) - len(result.calls)), strict=True):
-    if r is not None and t.holds(r.ok, r.value):
-      n_passed += 1
-    elif r is None:
-      failures.append(f"{t.call_text()} did not run ({result.status})")
-    elif r.ok:
-      failures.append(f"{t.call_text()} returned {r.value!r}, expected {t.expected!r}")
-    else:
-      failures.append(f"{t.call_text()} raised {r.error}")
-  passed = result.status == "ok" and n_passed == len(tests) and len(tests) > 0
-  status = "passed" if passed else ("failed" if result.status == "ok" else result.status)
-  return EvalResult(passed, status, n_passed, len(tests), tuple(failures))
-
-
-def evaluate(task: Task, files: dict[str, str], pool=None) -> EvalResult:
+def evaluate(task: MiniRepoTask, files: dict[str, str], pool=None) -> EvalResult:
   """Hidden tests against a candidate's final files, in the sandbox. The reward is `passed`."""
   return run_tests(files, task.hidden_tests, pool)

@@ -28,8 +28,12 @@ from __future__ import annotations
 import ast
 import dataclasses
 import difflib
+from typing import TYPE_CHECKING
 
-from gagar_jax.envs import minirepo, pyast
+from gagar_jax.envs import pyast
+
+if TYPE_CHECKING:  # (minirepo imports this module for its tasks' signals)
+  from gagar_jax.envs.minirepo import MiniRepoTask
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,7 +151,7 @@ def dead_statements(source: str) -> int:
 
 
 def signals(
-  task: minirepo.Task, files: dict[str, str], turns, *, show_files: bool = True
+  task: MiniRepoTask, files: dict[str, str], turns, *, show_files: bool = True
 ) -> QualitySignals:
   """Signals of `files` (final) and `turns` (a list of `tools.Turn`) for `task`.
 

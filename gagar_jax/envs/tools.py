@@ -22,7 +22,8 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from gagar_jax.envs import minirepo, pyast
+from gagar_jax.envs import pyast
+from gagar_jax.envs import task as task_lib
 
 ACTIONS = ("view", "replace", "insert", "delete", "write", "test", "submit")
 # The action grammar, as the system message states it and a malformed action's error quotes it.
@@ -122,7 +123,7 @@ class Episode:
       outside `task.actions` get an error observation.
     max_turns: the turn budget; reaching it ends the episode.
     show_files: put every file in the first prompt (no `view` needed).
-    pool: the sandbox pool for `test` (default: `minirepo.default_pool()`).
+    pool: the sandbox pool for `test` (default: `task_lib.default_pool()`).
   """
 
   def __init__(self, task, *, max_turns: int = 6, show_files: bool = True, pool=None):
@@ -183,7 +184,7 @@ class Episode:
     if a.kind == "submit":
       return "", False
     if a.kind == "test":
-      return summarize(minirepo.run_tests(self.files, self.task.visible_tests, self.pool)), False
+      return summarize(task_lib.run_tests(self.files, self.task.visible_tests, self.pool)), False
     if a.kind == "view":
       return number_lines(self.files[self._path(a.path)]), False
     if a.kind == "replace":
@@ -233,7 +234,7 @@ class Episode:
     raise ActionError("unknown action")
 
 
-def summarize(result: minirepo.EvalResult) -> str:
+def summarize(result: task_lib.EvalResult) -> str:
   """Short test summary: counts and the first failure."""
   failed = result.n_total - result.n_passed
   text = f"{result.n_passed} passed, {failed} failed"

@@ -85,14 +85,14 @@ def group_to_json(group) -> str:
 
 def group_from_json(text: str) -> list[workspace.Candidate]:
   d = json.loads(text)
-  task = minirepo.Task.from_json(d["task"])
+  task = minirepo.MiniRepoTask.from_json(d["task"])
   return [
     workspace.Candidate(task, [tools.Turn(*u) for u in c["turns"]], c["files"], c["passed"])
     for c in d["candidates"]
   ]
 
 
-def weak_variant(task: minirepo.Task) -> minirepo.Task:
+def weak_variant(task: minirepo.MiniRepoTask) -> minirepo.MiniRepoTask:
   """A task of the same seed and difficulty but weak hidden tests (a hack can pass)."""
   return minirepo.generate_task(task.seed, **{**task.difficulty, "weak_hidden_tests": True})
 
