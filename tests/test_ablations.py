@@ -1,7 +1,6 @@
 """The ablation sweep: records of finished runs, skipping them, and the report with
 paired intervals over seeds and tasks."""
 
-import functools
 import glob
 import json
 import os
@@ -15,6 +14,7 @@ import pytest
 
 from gagar_jax import metrics
 from gagar_jax.errors import InputError
+from gagar_jax.sweep import report, runner
 from tests.conftest import REPO
 
 SCRIPT = os.path.join(REPO, "experiments", "reproduce_ablations.py")
@@ -195,53 +195,34 @@ def test_sweep_runs_records_and_skips_finished_runs(tmp_path):
     (stale / "sweep_inputs.json").write_text('{"digest": "other", "run": "grpo_s1"}')
 
 
-@functools.cache
-def _load_script():
-  """experiments/reproduce_ablations.py as a module (loaded once: it defines absl flags),
-  its flags parsed with defaults."""
-  import importlib.util
-
-  from absl import flags
-
-  spec = importlib.util.spec_from_file_location("reproduce_ablations_under_test", SCRIPT)
-  ra = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(ra)
-  if not flags.FLAGS.is_parsed():
-    flags.FLAGS(["reproduce_ablations"])
-  return ra
-
-
 def test_length_note_fits_the_world():
   # The pressure sweep's history (a short hack shortens every arm early) is told only in
   # the pressure world's report.
-  ra = _load_script()
-  pressure = " ".join(ra._length_note("pressure"))
-  default = " ".join(ra._length_note("default"))
+  pressure = " ".join(report._length_note("pressure"))
+  default = " ".join(report._length_note("default"))
   assert "Length growth is measured twice" in pressure and "measured twice" in default
   assert "5 of the powered sweep's 24 runs" in pressure
   assert "24 runs" not in default and "does not arise" in default
-  every = " ".join(ra._length_note("pressure_all"))
+  every = " ".join(report._length_note("pressure_all"))
   assert "lengthens the episode" in every and "does not arise" not in every
 
 
 def test_trailing_window_of_the_training_panels():
   # The figure's train panels: a trailing mean (10 steps) and variance (20 steps), over the
   # steps so far at the start, never over steps still to come.
-  ra = _load_script()
   v = np.array([1.0, 3.0, 5.0, 100.0])
-  np.testing.assert_allclose(ra._trailing(v, 2, np.mean), [1.0, 2.0, 4.0, 52.5])
+  np.testing.assert_allclose(report._trailing(v, 2, np.mean), [1.0, 2.0, 4.0, 52.5])
   np.testing.assert_allclose(
-    ra._trailing(v, 3, np.var), [0.0, 1.0, np.var([1, 3, 5]), np.var([3, 5, 100])]
+    report._trailing(v, 3, np.var), [0.0, 1.0, np.var([1, 3, 5]), np.var([3, 5, 100])]
   )
 
 
 def test_workdir_digest_is_what_a_fresh_process_builds(monkeypatch):
   # A sweep left running while configs/ is edited holds the old modules; the digest it
   # checks a workdir against must be of the config the run's train.py will build.
-  ra = _load_script()
   run = {"name": "grpo_s0", "config": "configs/gagar.py:arm=grpo", "overrides": {"steps": 2}}
-  fresh = ra.fresh_digest(run)
-  assert fresh == ra.inputs_digest(ra.run_config(run))
+  fresh = runner.fresh_digest(run)
+  assert fresh == runner.inputs_digest(runner.run_config(run))
   from configs import common
 
   mesh_config = common.mesh_config
@@ -252,69 +233,66 @@ def test_workdir_digest_is_what_a_fresh_process_builds(monkeypatch):
     return c
 
   monkeypatch.setattr(common, "mesh_config", edited)
-  assert ra.inputs_digest(ra.run_config(run)) != fresh
-  assert ra.fresh_digest(run) == fresh
-  assert ra.fresh_digest({**run, "overrides": {"steps": 3}}) != fresh
+  assert runner.inputs_digest(runner.run_config(run)) != fresh
+  assert runner.fresh_digest(run) == fresh
+  assert runner.fresh_digest({**run, "overrides": {"steps": 3}}) != fresh
 
 
 def test_a_record_with_lost_log_rows_is_refused(tmp_path):
   # A run's log that lacks steps (here the first 18, lost when its workdir was removed under
   # a training process left running) would give run-level figures from part of the run.
-  ra = _load_script()
   record = tmp_path / "grpo_s3"
   _fake_record(record, "grpo", 3, 0.3, 0, [1, 3], 0.0, np.random.default_rng(0))
-  assert ra.missing_steps(str(record)) == []
-  assert ra.load_run(str(record))["level"]["grad_norm_var"] == 1.0
+  assert runner.missing_steps(str(record)) == []
+  assert report.load_run(str(record))["level"]["grad_norm_var"] == 1.0
   rows = (record / "metrics.jsonl").read_text().splitlines()
   (record / "metrics.jsonl").write_text("\n".join(rows[18:]) + "\n")
-  assert ra.missing_steps(str(record)) == list(range(1, 19))
+  assert runner.missing_steps(str(record)) == list(range(1, 19))
   with pytest.raises(ValueError, match=r"no row for 18 steps \(1\.\.18\).*rerun grpo_s3"):
-    ra.load_run(str(record))
+    report.load_run(str(record))
   # ... and a sweep does not record such a run.
   run = {"name": "grpo_s3", "arm": "grpo", "config": "", "overrides": {}}
-  with pytest.raises(ra.IncompleteLog, match="not recorded"):
-    ra.save_record(run, str(record), str(tmp_path / "records" / "grpo_s3"), 60.0)
+  with pytest.raises(runner.IncompleteLog, match="not recorded"):
+    runner.save_record(run, str(record), str(tmp_path / "records" / "grpo_s3"), 60.0)
   assert not (tmp_path / "records" / "grpo_s3").exists()
 
 
 def test_a_record_with_duplicated_rows_or_a_broken_file_is_refused(tmp_path):
   # Regression: gagar_s0 (pressure_all) logged steps 1-12 twice after a restart and the
   # aggregation counted them twice. A broken record file names itself.
-  ra = _load_script()
   record = tmp_path / "gagar_s0"
   _fake_record(record, "gagar", 0, 0.3, 0, [1, 3], 0.0, np.random.default_rng(0))
-  ra.load_run(str(record))
+  report.load_run(str(record))
   metrics_file = record / "metrics.jsonl"
   rows = metrics_file.read_text().splitlines()
   metrics_file.write_text("\n".join(rows[:4] + rows[1:4] + rows[4:]) + "\n")
   with pytest.raises(InputError, match=r"metrics.jsonl: logs 3 steps \(2\.\.4\) more than once"):
-    ra.load_run(str(record))
+    report.load_run(str(record))
   run = {"name": "gagar_s0", "arm": "gagar", "config": "", "overrides": {}}
-  with pytest.raises(ra.IncompleteLog, match="more than once; not recorded"):
-    ra.save_record(run, str(record), str(tmp_path / "records" / "gagar_s0"), 60.0)
+  with pytest.raises(runner.IncompleteLog, match="more than once; not recorded"):
+    runner.save_record(run, str(record), str(tmp_path / "records" / "gagar_s0"), 60.0)
   metrics_file.write_text("\n".join(rows) + "\n")
   meta = json.loads((record / "record.json").read_text())
   (record / "record.json").write_text(json.dumps({k: v for k, v in meta.items() if k != "name"}))
   with pytest.raises(InputError, match=r"record.json: lacks the field\(s\) name"):
-    ra.load_run(str(record))
+    report.load_run(str(record))
   (record / "record.json").write_text("{")
   with pytest.raises(InputError, match=r"record.json: is not valid JSON"):
-    ra.load_run(str(record))
+    report.load_run(str(record))
   (record / "record.json").write_text(json.dumps(meta))
   metrics_file.write_text("\n".join(rows[:5] + ['{"step": 3, "train/lo'] + rows[5:]) + "\n")
   with pytest.raises(InputError, match=r"metrics.jsonl: line 6 is not valid JSON"):
-    ra.load_run(str(record))
+    report.load_run(str(record))
 
 
 def test_committed_records_are_whole():
   # The reports in results/ are aggregated from these records; each must log every step,
   # once, and name its arm as the sweep does.
-  ra = _load_script()
   records = sorted(glob.glob(os.path.join(REPO, "results", "sweeps", "*", "*", "record.json")))
   assert len(records) >= 40
   for record in records:
     folder = os.path.dirname(record)
-    assert ra.missing_steps(folder) == [], record
+    assert runner.missing_steps(folder) == [], record
     assert metrics.duplicate_steps(metrics.read(os.path.join(folder, "metrics.jsonl"))) == []
     summary = json.load(open(os.path.join(folder, "summary.json")))
     assert summary["arm"] == json.load(open(record))["arm"], record
@@ -325,12 +303,10 @@ def test_sigterm_stops_the_run_the_sweep_waits_on(tmp_path):
   pidfile = tmp_path / "child.pid"
   child = f"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(300)"
   code = (
-    "import importlib.util, sys\n"
-    f"spec = importlib.util.spec_from_file_location('ra', {SCRIPT!r})\n"
-    "ra = importlib.util.module_from_spec(spec)\n"
-    "spec.loader.exec_module(ra)\n"
-    "ra.stop_children_on_sigterm()\n"
-    f"ra._call([sys.executable, '-c', {child!r}], {str(tmp_path)!r}, 'a sleeping run')\n"
+    "import sys\n"
+    "from gagar_jax.sweep import runner\n"
+    "runner.stop_children_on_sigterm()\n"
+    f"runner._call([sys.executable, '-c', {child!r}], {str(tmp_path)!r}, 'a sleeping run')\n"
   )
   sweep = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=_env())
   pid = None

@@ -1,0 +1,1 @@
+"""Ablation sweeps: `runner` runs them and keeps records, `report` reads the records."""
