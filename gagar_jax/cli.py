@@ -25,6 +25,7 @@ import signal
 import sys
 import threading
 
+import jax
 from absl import app, flags
 
 from gagar_jax.errors import Interrupted, UsageError
@@ -98,7 +99,6 @@ def use_compilation_cache() -> str | None:
   gave a directory or turned the cache off (module docstring). Returns the directory in
   use (None: off). Keys are the program, the XLA flags and the devices, so an entry is
   never reused for a different program or machine."""
-  import jax
 
   if not jax.config.jax_enable_compilation_cache:
     return None
@@ -120,7 +120,6 @@ def use_compilation_cache() -> str | None:
 
 def run(main) -> None:
   """`absl.app.run(main)` with one-line usage errors and a clean Ctrl-C (module docstring)."""
-  import jax
 
   jax.config.config_with_absl()  # JAX's own flags (--jax_platforms, ...) on the command line
 

@@ -11,14 +11,15 @@ import json
 import os
 
 import numpy as np
+from safetensors import SafetensorError, safe_open
+from safetensors.numpy import load_file
 
-from gagar_jax.errors import InputError
+from gagar_jax.errors import ConfigError, InputError
 
 
 def writable_folder(path: str, field: str) -> None:
   """Creates folder `path` if needed; a `ConfigError` naming `field` if it cannot be
   created or written (checked before any compute, not when the first file is written)."""
-  from gagar_jax.errors import ConfigError
 
   try:
     os.makedirs(path, exist_ok=True)
@@ -93,7 +94,6 @@ def require(record: dict, keys, path: str) -> None:
 def check_safetensors(path: str) -> list[str]:
   """The tensor names of a safetensors file, reading only its header (which must cover the
   whole file: a truncated file is caught here, before any compute)."""
-  from safetensors import SafetensorError, safe_open
 
   if not os.path.isfile(path):
     raise InputError(path, "file not found")
@@ -106,8 +106,6 @@ def check_safetensors(path: str) -> list[str]:
 
 def read_safetensors(path: str) -> dict[str, np.ndarray]:
   """All tensors of a safetensors file as NumPy arrays."""
-  from safetensors import SafetensorError
-  from safetensors.numpy import load_file
 
   try:
     return load_file(path)

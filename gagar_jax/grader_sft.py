@@ -18,17 +18,17 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import time
 
-from gagar_jax import sft, sharding
-from gagar_jax import workdir as workdir_lib
+from gagar_jax import policy_io, rollout, sft, skeleton
 from gagar_jax.configlib import check
 from gagar_jax.grading import backends, demos, lm_grader
 
 
 def data_config(config):
   """The grader-demos dataset config; building it samples the policy (`sample_records`)."""
-  from gagar_jax import policy_io
+  # (tensorflow_datasets takes seconds to import: only where data is read or built)
   from gagar_jax.data import builders
 
   policy_dir = config.grader_data.policy_dir
@@ -55,9 +55,6 @@ def sample_records(cfg, split, tasks, seed):
   graded by the rubric. Every `cfg.hack_every`-th task gets weak hidden tests and 1-2
   of its samples swapped for the expert's reward hack (`demos.inject_hacks`); with
   `hack_every=0` the groups are the policy's own."""
-  import tempfile
-
-  from gagar_jax import rollout
 
   tasks = hack_tasks(tasks, cfg.hack_every)
   groups = rollout.sample_groups(
@@ -84,6 +81,7 @@ def hack_tasks(tasks, every: int):
 
 
 def run(config, workdir: str, export: str = "") -> dict:
+  # (tensorflow_datasets takes seconds to import: only where data is read or built)
   from gagar_jax.data import pipeline
 
   start = time.time()
@@ -93,9 +91,7 @@ def run(config, workdir: str, export: str = "") -> dict:
     "agent.max_total_tokens",
     f"{config.agent.max_total_tokens} exceeds the grader's context={config.context}",
   )
-  workdir_lib.check_output_folder(export, "export", keeps=sft.POLICY_FILES)
-  sharding.initialize_distributed(config.distributed)
-  workdir_lib.claim(workdir, "grader_sft", config)  # the whole config is valid
+  skeleton.begin(config, workdir, "grader_sft", export=export)  # the whole config is valid
   print(
     f"[grader] building/reading grader demonstrations in {config.data_dir} "
     f"(groups sampled by {config.grader_data.policy_dir})",
@@ -150,10 +146,9 @@ def run(config, workdir: str, export: str = "") -> dict:
     "curve": fitted.curve,
     "params": fitted.model_config.num_params(),
   }
-  with open(os.path.join(workdir, "summary.json"), "w") as f:
-    json.dump(summary, f, indent=2)
   if export:
-    export_grader(export, fitted, config, summary)
+    export_grader(export, fitted, config)
+  skeleton.write_summary(workdir, summary, export)
   sft.plot_curve(
     fitted.curve,
     os.path.join(workdir, "curve.png"),
@@ -170,9 +165,8 @@ def run(config, workdir: str, export: str = "") -> dict:
   return summary
 
 
-def export_grader(path: str, fitted, config, summary: dict) -> None:
-  from gagar_jax import policy_io
-
+def export_grader(path: str, fitted, config) -> None:
+  """The grader folder: the policy files and `grader.json` (its context and agent)."""
   policy_io.export(path, fitted.tok, fitted.model_config, fitted.state.params)
   with open(os.path.join(path, "grader.json"), "w") as f:
     json.dump(
@@ -184,5 +178,3 @@ def export_grader(path: str, fitted, config, summary: dict) -> None:
       f,
       indent=2,
     )
-  with open(os.path.join(path, "summary.json"), "w") as f:
-    json.dump({k: v for k, v in summary.items() if k != "curve"}, f, indent=2)

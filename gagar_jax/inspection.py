@@ -29,6 +29,8 @@ import re
 
 import numpy as np
 
+from gagar_jax.grading import workspace
+
 TEXT_LIMIT = 4000  # characters per diff / file / observation kept in a record
 _STEP_FILE = re.compile(r"step_(\d+)(?:_p\d+)?\.json$")
 
@@ -36,6 +38,27 @@ _STEP_FILE = re.compile(r"step_(\d+)(?:_p\d+)?\.json$")
 def _cut(text: str, limit: int = TEXT_LIMIT) -> str:
   text = str(text)
   return text if len(text) <= limit else text[:limit] + f"\n... ({len(text) - limit} more)"
+
+
+def record_step(
+  root: str, groups, adv, *, grades, reports, step: int, process: int, processes: int,
+  max_steps: int,
+) -> None:  # fmt: skip
+  """Writes a step's group records under `root` (`adv`: the learner's `Advantages` of these
+  groups, recomputed on the host), then thins the oldest past `max_steps` step files."""
+  records = group_records(
+    groups,
+    before=np.asarray(adv.base),
+    after=np.asarray(adv.new),
+    lam=np.asarray(adv.lam),
+    grades=grades,
+    reports=reports,
+    step=step,
+  )
+  write_step(
+    root, records[0]["step"] if records else 0, records, process=process, processes=processes
+  )
+  thin(root, max_steps * processes)
 
 
 def group_records(groups, *, before, after, lam, grades, reports, step: int) -> list[dict]:
@@ -48,7 +71,6 @@ def group_records(groups, *, before, after, lam, grades, reports, step: int) -> 
     grades: the step's `GradeArrays` (or None when the arm does not grade).
     reports: `GraderLoop.reports` (group index -> status, output, cids, transcript).
   """
-  from gagar_jax.grading import workspace
 
   out = []
   for i, group in enumerate(groups):

@@ -24,6 +24,7 @@ class MetricWriter:
     if self.enabled:
       os.makedirs(workdir, exist_ok=True)
       if tensorboard:
+        # (only when TensorBoard files are written)
         from tensorboardX import SummaryWriter
 
         self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))

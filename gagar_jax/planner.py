@@ -43,11 +43,16 @@ import dataclasses
 import functools
 import math
 
+import jax
 import numpy as np
+from flax import nnx
 
 from gagar_jax import sharding
 from gagar_jax.errors import ConfigError
+from gagar_jax.learner import learner as learner_lib
 from gagar_jax.learner import step as step_lib
+from gagar_jax.learner.config import LearnerConfig
+from gagar_jax.models import transformer
 
 GIB = 2**30
 
@@ -148,9 +153,6 @@ def _axis_size(mesh: dict, entry) -> int:
 @functools.lru_cache(maxsize=16)
 def _abstract_weights(model_config) -> tuple:
   """((path, shape, itemsize, logical axes), ...) of the model's weights (eval_shape)."""
-  from flax import nnx
-
-  from gagar_jax.models import transformer
 
   _, shapes = transformer.abstract(model_config)
   out = []
@@ -257,10 +259,6 @@ def compiled(model_config, mesh_config, workload: Workload, rules=None, learner_
   """The plan from XLA's memory analysis of the real train step, compiled on abstract
   inputs over this process's devices (no parameter is materialised); the sampler's
   cache is analytic. None if the backend gives no memory analysis."""
-  import jax
-
-  from gagar_jax.learner import learner as learner_lib
-  from gagar_jax.learner.config import LearnerConfig
 
   mesh = sharding.make_mesh(mesh_config)
   config = learner_config or LearnerConfig.from_dict(

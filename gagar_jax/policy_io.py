@@ -27,9 +27,18 @@ import numpy as np
 from flax import nnx
 from safetensors.numpy import save_file
 
-from gagar_jax import files
+from gagar_jax import files, sharding
+from gagar_jax.envs import transcript
 from gagar_jax.errors import ConfigError, InputError
-from gagar_jax.models import chat_template, gguf_import, hf_import, presets, tokenizers, transformer
+from gagar_jax.models import (
+  chat_template,
+  gguf_import,
+  hf_export,
+  hf_import,
+  presets,
+  tokenizers,
+  transformer,
+)
 
 SHAPE_FIELDS = ("embed_dim", "num_layers", "num_heads", "num_kv_heads", "head_dim", "mlp_dim")
 # What a config may change on an HF checkpoint (numerics and a shorter context).
@@ -257,8 +266,6 @@ def load_weights(policy: Policy, *, mesh=None, rules=None) -> nnx.State:
     flat.append((k, var))
   params = nnx.from_flat_state(flat)
   if mesh is not None:
-    from gagar_jax import sharding
-
     params = jax.device_put(params, sharding.param_shardings(params, mesh, rules))
   return params
 
@@ -298,8 +305,6 @@ def export(path: str, tok, model_config: transformer.ModelConfig, params) -> Non
 def export_hf(path: str, tok, model_config: transformer.ModelConfig, params) -> None:
   """Writes a Hugging Face folder (see `models/hf_export.py`); generation stops at the
   agent format's end-of-turn / end-of-action tokens as well as EOS."""
-  from gagar_jax.envs import transcript
-  from gagar_jax.models import hf_export
 
   stops = transcript.AgentFormat(tok).stop_token_ids
   hf_export.export(path, tok, model_config, params, stop_ids=stops)

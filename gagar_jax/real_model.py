@@ -133,6 +133,7 @@ def paired(workdir: str) -> list[str]:
 
 
 def plot(workdir: str, sft_rows: list[dict], rl_rows: list[dict], path: str) -> None:
+  # (plotting only: matplotlib is slow to import and needs its Agg backend set first)
   import matplotlib
 
   matplotlib.use("Agg")

@@ -25,9 +25,12 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
+from gagar_jax import policy_io
 from gagar_jax.configlib import check, check_positive_ints
 from gagar_jax.envs import quality, tools, transcript
+from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
 from gagar_jax.models import sampler as sampler_lib
+from gagar_jax.models import transformer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -344,9 +347,6 @@ def sample_groups(
   least two passing samples (gradable): grader demonstrations and agreement sets.
   `edit(group, pool, index) -> group`, if given, rewrites each group before that filter
   (grader data: `grading.demos.inject_hacks`)."""
-  from gagar_jax import policy_io
-  from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
-  from gagar_jax.models import transformer
 
   tok, model_config, params = policy_io.load(policy_dir)
   graphdef, _ = transformer.abstract(model_config)

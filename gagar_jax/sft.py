@@ -13,22 +13,26 @@ started from; 0 trains on actions only.
 from __future__ import annotations
 
 import dataclasses
+import os
+import shutil
+import time
 from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
-from gagar_jax import cli, files, sharding
-from gagar_jax import workdir as workdir_lib
+from gagar_jax import evaluation, files, policy_io, rollout, sharding, skeleton, suites
+from gagar_jax import metrics as metrics_lib
 from gagar_jax.configlib import check, check_positive_ints, from_dict
-from gagar_jax.envs import transcript
-from gagar_jax.errors import Interrupted
+from gagar_jax.envs import expert, transcript
+from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
+from gagar_jax.errors import ConfigError
 from gagar_jax.learner import step as step_lib
 from gagar_jax.learner import train_state
+from gagar_jax.learner.checkpoint import Checkpointer
 from gagar_jax.learner.config import OptimConfig
-from gagar_jax.models import transformer
+from gagar_jax.models import chat_template, tokenizers, transformer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +73,6 @@ def parse_config(config) -> SFTConfig:
 
   Every sequence budget must fit the model's positions (`model.max_seq_len`).
   """
-  from gagar_jax.envs import expert
 
   sft_config = from_dict(SFTConfig, config.sft, "sft")
   files.writable_folder(config.data_dir, "data_dir")  # where the TFDS suites are built
@@ -82,8 +85,6 @@ def parse_config(config) -> SFTConfig:
     max_seq_len = policy.model_config.max_seq_len
   budgets = [("sft.seq_len", sft_config.seq_len)]
   if "rollout" in config:  # the policy's evaluation episodes
-    from gagar_jax import rollout
-
     rollout_cfg = from_dict(rollout.RolloutConfig, config.rollout, "rollout")
     budgets.append(("rollout.max_episode_tokens", rollout_cfg.max_episode_tokens))
     if policy is not None:
@@ -91,8 +92,6 @@ def parse_config(config) -> SFTConfig:
   if "habits" in config:
     from_dict(expert.HabitConfig, config.habits, "habits")
   if "name" in config.get("suite", {}):  # the policy's suites (the grader's is MiniRepo)
-    from gagar_jax import suites
-
     for name, _ in suites.check_config(config.suite):
       check(suites.get(name).demos is not None, "suite.name", f"{name} has no demonstrations")
   if "context" in config:  # the LM grader's context window
@@ -111,14 +110,11 @@ def open_init(config):
   None when SFT starts from random weights and a BPE trained on the demonstrations."""
   if not config.get("init_from"):
     return None
-  from gagar_jax import policy_io
 
   return policy_io.open_from_config(config)
 
 
 def _format(tok, system_prompt: str) -> transcript.AgentFormat:
-  from gagar_jax.errors import ConfigError
-  from gagar_jax.models import chat_template
 
   try:
     return transcript.AgentFormat(tok, transcript.resolve_system(tok, system_prompt))
@@ -156,8 +152,7 @@ def encode_demos(
   return np.stack(rows), np.stack(weights), dropped
 
 
-# What an exported policy folder holds (an earlier export may be overwritten).
-POLICY_FILES = ("model.json", "params.safetensors")
+POLICY_FILES = skeleton.POLICY_FILES
 
 # SFT batches are cut to a multiple of this many positions (`SFTTrainer.step`).
 LENGTH_BUCKET = 256
@@ -185,10 +180,10 @@ class SFTTrainer:
 
     def step(state: train_state.TrainState, tokens, weights):
       (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, tokens, weights)
-      updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-      params = optax.apply_updates(state.params, updates)
-      metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads), **aux}
-      return train_state.TrainState(state.step + 1, params, opt_state, state.rng), metrics
+      # The learner's update: a non-finite loss or gradient norm leaves the state as it was.
+      state, grad_norm, finite, _ = step_lib.guarded_update(optimizer, state, grads, loss)
+      metrics = {"loss": loss, "grad_norm": grad_norm, "finite": finite, **aux}
+      return state, metrics
 
     batch_sh = sharding.batch_sharding(mesh, rules, 2)
     self._step = jax.jit(
@@ -216,8 +211,8 @@ class SFTTrainer:
     )
     state, metrics = self._step(state, tokens, weights)
     metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
-    if not np.isfinite(metrics["loss"]):
-      raise FloatingPointError(f"SFT step {int(state.step)}: non-finite loss {metrics['loss']}")
+    step_lib.check_finite(metrics, int(state.step) + 1, state)  # NonFiniteError: state kept
+    del metrics["finite"]
     return state, metrics
 
   @staticmethod
@@ -238,7 +233,6 @@ class SFTTrainer:
 
 def evaluate_policy(engine, params, tasks, key, by_suite: bool = False) -> dict:
   """Sampled rollouts (groups of `engine.config.group_size`) -> `evaluation.policy_metrics`."""
-  from gagar_jax import evaluation
 
   groups = engine.run(params, tasks, key)
   return evaluation.policy_metrics(groups, by_suite=by_suite)
@@ -249,6 +243,96 @@ class Fitted:
 
   def __init__(self, **kw):
     self.__dict__.update(kw)
+
+
+def _tokenizer(config, workdir: str, pairs, policy):
+  """The warm start's tokenizer; else the BPE trained on the pairs (kept in
+  workdir/tokenizer, so a resume reuses it)."""
+  if policy is not None:
+    return policy.tok
+  tok_dir = os.path.join(workdir, "tokenizer")
+  if os.path.exists(os.path.join(tok_dir, "tokenizer.json")):
+    return tokenizers.HFTokenizer.from_file(tok_dir)
+  prompts, turns = zip(*pairs, strict=True)
+  tok = tokenizers.train_bpe(
+    transcript.corpus(prompts, turns), config.tokenizer_vocab_size, transcript.SPECIALS
+  )
+  tok.save(tok_dir)
+  return tok
+
+
+def _restore(config, trainer, ckpt, writer, policy, mesh, tag: str):
+  """(state, checkpoint metadata): the newest checkpoint that restores, else the warm
+  start's weights, else a fresh init."""
+  restored = ckpt.restore_newest(log=lambda line: print(line, flush=True))
+  if restored is not None:
+    _, state, meta, _ = restored
+    print(f"[{tag}] resumed from step {int(state.step)}", flush=True)
+  elif policy is not None:
+    params = policy_io.load_weights(policy, mesh=mesh, rules=config.sharding_rules)
+    state, meta = trainer.init(config.seed, params=params), {}
+    print(f"[{tag}] warm start from {policy_io.describe(policy)} {policy.path}", flush=True)
+  else:
+    state, meta = trainer.init(config.seed), {}
+  # Rows a killed run logged past its last checkpoint (all of them, if it died before the
+  # first) are logged again from here: drop them, so no step is logged twice.
+  writer.rewind(int(state.step) if restored is not None else -1)
+  return state, meta
+
+
+def _train(config, sft_config, trainer, ckpt, writer, state, curve, data, evaluate, tag, start):
+  """The SFT steps in `skeleton.steps`: batches of `data` (tokens, weights), progress
+  lines, `evaluate(step, params)` into `curve` every `eval.every_steps`, checkpoints.
+  Returns (state, step)."""
+  budget = config.time_budget_minutes * 60 or float("inf")
+  tokens, weights = data
+  batches = trainer.batches(
+    tokens, weights, sft_config.batch_size, config.seed, start=int(state.step)
+  )
+  first_step = int(state.step)
+  train_start, losses, held = time.time(), [], {"state": state, "line": time.time()}
+
+  def update(step):
+    _, x, w = next(batches)
+    try:
+      held["state"], held["m"] = trainer.step(held["state"], x, w)
+    except step_lib.NonFiniteError as e:  # the update was skipped: the state stands
+      held["state"] = e.state
+      raise
+    return int(held["state"].step)
+
+  def record(step):
+    m = held["m"]
+    losses.append(m["action_nll"])
+    writer.write(step, m, prefix="sft")
+    if step % 50 == 0 or time.time() - held["line"] > 30:  # slow models: every 30 s
+      held["line"] = time.time()
+      rate = (time.time() - train_start) / max(step - first_step, 1)
+      eta = min((sft_config.steps - step) * rate, budget - (time.time() - start))
+      print(
+        f"[{tag}] step {step}/{sft_config.steps} loss {m['loss']:.3f} action-nll "
+        f"{m['action_nll']:.3f} | {time.time() - start:.0f}s, eta {eta:.0f}s",
+        flush=True,
+      )
+    if step % config.eval.every_steps == 0 or step == sft_config.steps:
+      ev = evaluate(step, held["state"].params)
+      nll = float(np.mean(losses[-50:]))
+      curve.append({"step": step, "seconds": time.time() - start, "action_nll": nll, **ev})
+      writer.write(step, ev, prefix="eval")
+
+  step = skeleton.steps(
+    f"[{tag}]",
+    first=first_step,
+    total=sft_config.steps,
+    update=update,
+    record=record,
+    save=lambda step, force: ckpt.save(step, held["state"], {"curve": curve}, force=force),
+    checkpoints=ckpt.directory,
+    log=lambda line: print(line, flush=True),
+    more=lambda: time.time() - start < budget,
+    on_exit=lambda finished: writer.close(),
+  )
+  return held["state"], step
 
 
 def fit(
@@ -272,26 +356,10 @@ def fit(
   there), and every `config.eval.every_steps` calls `evaluate(trainer, params,
   model_config, tok, step) -> dict of metrics` (its numbers go to the curve).
   """
-  import os
-  import time
-
-  from gagar_jax import metrics as metrics_lib
-  from gagar_jax.learner.checkpoint import Checkpointer
-  from gagar_jax.models import tokenizers
 
   sft_config = from_dict(SFTConfig, config.sft, "sft")
-  tok_dir = os.path.join(workdir, "tokenizer")
   policy = open_init(config)
-  if policy is not None:
-    tok, model_config = policy.tok, policy.model_config
-  elif os.path.exists(os.path.join(tok_dir, "tokenizer.json")):
-    tok = tokenizers.HFTokenizer.from_file(tok_dir)
-  else:
-    prompts, turns = zip(*pairs, strict=True)
-    tok = tokenizers.train_bpe(
-      transcript.corpus(prompts, turns), config.tokenizer_vocab_size, transcript.SPECIALS
-    )
-    tok.save(tok_dir)
+  tok = _tokenizer(config, workdir, pairs, policy)
   tokens, weights, dropped = encode_demos(
     _format(tok, system_prompt),
     pairs,
@@ -301,6 +369,8 @@ def fit(
   )
   if policy is None:
     model_config = transformer.ModelConfig.from_dict({**config.model, "vocab_size": tok.vocab_size})
+  else:
+    model_config = policy.model_config
   mesh = sharding.make_mesh(config.mesh)
   trainer = SFTTrainer(sft_config, model_config, mesh, config.sharding_rules)
   ckpt = Checkpointer(
@@ -311,21 +381,7 @@ def fit(
     keep=2,
   )
   writer = metrics_lib.MetricWriter(workdir)
-  restored = ckpt.restore_newest(log=lambda line: print(line, flush=True))
-  if restored is not None:
-    _, state, meta, _ = restored
-    print(f"[{tag}] resumed from step {int(state.step)}", flush=True)
-  elif policy is not None:
-    from gagar_jax import policy_io
-
-    params = policy_io.load_weights(policy, mesh=mesh, rules=config.sharding_rules)
-    state, meta = trainer.init(config.seed, params=params), {}
-    print(f"[{tag}] warm start from {policy_io.describe(policy)} {policy.path}", flush=True)
-  else:
-    state, meta = trainer.init(config.seed), {}
-  # Rows a killed run logged past its last checkpoint (all of them, if it died before the
-  # first) are logged again from here: drop them, so no step is logged twice.
-  writer.rewind(int(state.step) if restored is not None else -1)
+  state, meta = _restore(config, trainer, ckpt, writer, policy, mesh, tag)
   print(
     f"[{tag}] {model_config.num_params() / 1e6:.2f}M params, {len(tokens)} sequences "
     f"({dropped} longer than {sft_config.seq_len} dropped), mean "
@@ -333,59 +389,20 @@ def fit(
     flush=True,
   )
   curve = list(meta.get("curve", []))
-  budget = config.time_budget_minutes * 60 or float("inf")
-  batches = trainer.batches(
-    tokens, weights, sft_config.batch_size, config.seed, start=int(state.step)
+  train_start = time.time()
+  state, step = _train(
+    config,
+    sft_config,
+    trainer,
+    ckpt,
+    writer,
+    state,
+    curve,
+    (tokens, weights),
+    lambda step, params: evaluate(trainer, params, model_config, tok, step),
+    tag,
+    start,
   )
-  step = first_step = logged = int(state.step)
-  train_start, losses, finished = time.time(), [], False
-  last_line = train_start
-  stop = cli.GracefulStop(f"[{tag}]").install()
-  try:
-    while step < sft_config.steps and time.time() - start < budget:
-      _, x, w = next(batches)
-      state, m = trainer.step(state, x, w)
-      step = int(state.step)
-      losses.append(m["action_nll"])
-      writer.write(step, m, prefix="sft")
-      if step % 50 == 0 or time.time() - last_line > 30:  # slow models: every 30 s
-        last_line = time.time()
-        rate = (time.time() - train_start) / max(step - first_step, 1)
-        eta = min((sft_config.steps - step) * rate, budget - (time.time() - start))
-        print(
-          f"[{tag}] step {step}/{sft_config.steps} loss {m['loss']:.3f} action-nll "
-          f"{m['action_nll']:.3f} | {time.time() - start:.0f}s, eta {eta:.0f}s",
-          flush=True,
-        )
-      if step % config.eval.every_steps == 0 or step == sft_config.steps:
-        ev = evaluate(trainer, state.params, model_config, tok, step)
-        curve.append(
-          {
-            "step": step,
-            "seconds": time.time() - start,
-            "action_nll": float(np.mean(losses[-50:])),
-            **ev,
-          }
-        )
-        writer.write(step, ev, prefix="eval")
-      logged = step
-      ckpt.save(step, state, {"curve": curve})
-      if stop.requested and step < sft_config.steps:
-        raise Interrupted(
-          f"[{tag}] stopped at step {step}/{sft_config.steps} (Ctrl-C); checkpoint saved in "
-          f"{ckpt.directory}: rerun the same command to resume"
-        )
-    finished = True
-  finally:
-    stop.restore()
-    try:  # only a step whose rows are all written (module docstring of trainer.py)
-      if finished or logged == step:
-        ckpt.save(step, state, {"curve": curve}, force=True)
-    except Exception as e:
-      if finished:
-        raise
-      print(f"[{tag}] no final checkpoint ({type(e).__name__}); the last saved one stands")
-    writer.close()
   return Fitted(
     tok=tok,
     model_config=model_config,
@@ -397,36 +414,17 @@ def fit(
   )
 
 
-def run(config, workdir: str, export: str = "") -> dict:
-  """The policy warm start: data, tokenizer, SFT with periodic sampled evaluation.
-
-  Writes to `workdir`: tokenizer/, checkpoints/, metrics.jsonl, tensorboard/,
-  summary.json and curve.png. Returns the summary.
-  """
-  import json
-  import os
-  import time
-
-  from gagar_jax import evaluation, rollout, suites
-  from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
-
-  start = time.time()
-  parse_config(config)  # before any compute
-  rollout_cfg = dataclasses.replace(
-    from_dict(rollout.RolloutConfig, config.rollout, "rollout"), group_size=config.eval.group_size
-  )
-  workdir_lib.check_output_folder(export, "export", keeps=POLICY_FILES)
-  sharding.initialize_distributed(config.distributed)
-  workdir_lib.claim(workdir, "sft", config)  # the whole config is valid
-  mixture = suites.check_config(config.suite)
-  by_suite = len(mixture) > 1
+def policy_demos(config):
+  """(pairs, habit shares): the expert demonstrations of every suite of `config.suite`
+  ([(prompt, [(action, observation)])]) and, for MiniRepo, the share of demonstrations
+  carrying each habit."""
   print(
     f"[sft] building/reading the {config.suite.name} suite(s) and expert demonstrations in "
     f"{config.data_dir}",
     flush=True,
   )
   pairs, habit_share = [], {}
-  for name, _ in mixture:
+  for name, _ in suites.check_config(config.suite):
     if name == "minirepo":  # the scripted expert with its habits (TFDS)
       demos, raw = suites.minirepo_demos(config, "train")
       habit_share = {h: float(np.mean([h in d["habits"] for d in raw])) for h in config.habits}
@@ -439,6 +437,24 @@ def run(config, workdir: str, export: str = "") -> dict:
       "[sft] minirepo habit shares " + ", ".join(f"{k} {v:.0%}" for k, v in habit_share.items()),
       flush=True,
     )
+  return pairs, habit_share
+
+
+def run(config, workdir: str, export: str = "") -> dict:
+  """The policy warm start: data, tokenizer, SFT with periodic sampled evaluation.
+
+  Writes to `workdir`: tokenizer/, checkpoints/, metrics.jsonl, tensorboard/,
+  summary.json and curve.png. Returns the summary.
+  """
+
+  start = time.time()
+  parse_config(config)  # before any compute
+  rollout_cfg = dataclasses.replace(
+    from_dict(rollout.RolloutConfig, config.rollout, "rollout"), group_size=config.eval.group_size
+  )
+  skeleton.begin(config, workdir, "sft", export=export)  # the whole config is valid
+  by_suite = len(suites.check_config(config.suite)) > 1
+  pairs, habit_share = policy_demos(config)
   val_tasks = suites.held_out(config.data_dir, config.suite, "validation", config.eval.tasks)
   pool = SandboxPool(SandboxConfig.for_rollouts(config.sandbox_workers))
   key = jax.random.key(config.seed)
@@ -495,14 +511,9 @@ def run(config, workdir: str, export: str = "") -> dict:
     "machine": f"{jax.device_count()} {jax.default_backend().upper()} device(s), "
     f"{os.cpu_count()} CPU cores",
   }
-  with open(os.path.join(workdir, "summary.json"), "w") as f:
-    json.dump(summary, f, indent=2)
   if export:
-    from gagar_jax import policy_io
-
     policy_io.export(export, fitted.tok, fitted.model_config, fitted.state.params)
-    with open(os.path.join(export, "summary.json"), "w") as f:
-      json.dump({k: v for k, v in summary.items() if k != "curve"}, f, indent=2)
+  skeleton.write_summary(workdir, summary, export)
   plot_curve(fitted.curve, os.path.join(workdir, "curve.png"))
   print(
     f"[sft] done: test pass@1 {final['pass@1']:.2f}, informative groups "
@@ -523,6 +534,7 @@ def plot_curve(
   loss_title: str = "SFT loss",
 ) -> None:
   """Learning curve: action NLL and the evaluation `keys` vs minutes (NaN drawn as 0)."""
+  # (plotting only: matplotlib is slow to import and needs its Agg backend set first)
   import matplotlib
 
   matplotlib.use("Agg")
@@ -548,8 +560,6 @@ def write_report(summary: dict, path: str, command: str, curve_png: str) -> None
 
   The curve image is copied beside the report (same name, .png).
   """
-  import os
-  import shutil
 
   final = summary["final_test"]
   q = lambda k: final.get(k, float("nan"))  # absent where nothing passed

@@ -27,6 +27,7 @@ import numpy as np
 
 from gagar_jax.envs import humaneval
 from gagar_jax.models import sampler as sampler_lib
+from gagar_jax.models import transformer
 
 MODES = ("completion", "instruct")
 MAX_NEW_TOKENS = 384
@@ -111,7 +112,6 @@ def run(
     params: its parameters.
     progress: called as (tasks done, tasks, results so far) after each batch.
   """
-  from gagar_jax.models import transformer
 
   tok, config = policy.tok, policy.model_config
   prompts = [tok.encode(prompt_text(t, mode, tok)) for t in tasks]

@@ -190,6 +190,7 @@ def _t_interval(
   """mean(d) +- t_df sqrt(V_S + v_t) for n >= 2 per-seed differences d, V_S = var(d) / n
   with n - 1 degrees of freedom and v_t an extra variance with df_t; df by
   Welch-Satterthwaite (n - 1 when v_t = 0)."""
+  # (scipy is slow to import; only these intervals need it)
   from scipy import stats as sps
 
   point = float(d.mean())
@@ -273,6 +274,7 @@ def ended_on_hack(t: TaskTable, share: float = 0.95) -> bool:
 def fisher_exact(k_a: int, n_a: int, k_b: int, n_b: int) -> float:
   """Two-sided p-value of Fisher's exact test that two groups of runs have the same rate of
   an outcome, given k_a of n_a and k_b of n_b runs with it."""
+  # (scipy is slow to import; only these intervals need it)
   from scipy import stats as sps
 
   if not 0 <= k_a <= n_a or not 0 <= k_b <= n_b:

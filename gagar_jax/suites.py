@@ -20,6 +20,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from gagar_jax.configlib import from_dict
+from gagar_jax.envs import expert, humaneval
+from gagar_jax.envs import task as task_lib
 from gagar_jax.errors import ConfigError
 
 SPLITS = ("train", "validation", "test")
@@ -47,6 +50,7 @@ class SuiteEntry:
 
 
 def _minirepo_tasks(data_dir, section, split, seed, shuffle, repeat):
+  # (tensorflow_datasets takes seconds to import: only where data is read or built)
   from gagar_jax.data import builders, pipeline
 
   return pipeline.tasks(
@@ -55,6 +59,7 @@ def _minirepo_tasks(data_dir, section, split, seed, shuffle, repeat):
 
 
 def _minirepo_check(section, prefix):
+  # (tensorflow_datasets takes seconds to import: only where data is read or built)
   from gagar_jax.data import builders
 
   builders.minirepo_config(prefix, **dict(section))
@@ -64,9 +69,7 @@ def minirepo_demos(config, split: str, section=None):
   """(prompt, [(action, observation)]) pairs of the MiniRepo expert on `split` (built if
   missing), and the raw records; `section`: the MiniRepo suite (`config.suite.minirepo`),
   `config.habits` the expert's habits."""
-  from gagar_jax.configlib import from_dict
   from gagar_jax.data import builders, pipeline  # (TFDS: imported when data is read)
-  from gagar_jax.envs import expert
 
   section = config.suite.minirepo if section is None else section
   habits = from_dict(expert.HabitConfig, config.habits, "habits")
@@ -87,8 +90,8 @@ def _minirepo_demos(config, section, split):
 
 
 def _humaneval_config(section, prefix):
+  # (tensorflow_datasets takes seconds to import: only where data is read or built)
   from gagar_jax.data import builders
-  from gagar_jax.envs import humaneval
 
   unknown = sorted(set(section) - {"problems"})
   if unknown:
@@ -102,6 +105,7 @@ def _humaneval_config(section, prefix):
 
 
 def _humaneval_tasks(data_dir, section, split, seed, shuffle, repeat):
+  # (tensorflow_datasets takes seconds to import: only where data is read or built)
   from gagar_jax.data import pipeline
 
   cfg = _humaneval_config(section, "suite.humaneval")
@@ -109,8 +113,6 @@ def _humaneval_tasks(data_dir, section, split, seed, shuffle, repeat):
 
 
 def _humaneval_demos(config, section, split):
-  from gagar_jax.envs import humaneval
-  from gagar_jax.envs import task as task_lib
 
   tasks = humaneval.load_tasks(section.get("problems", ""), split)
   pool = task_lib.default_pool()

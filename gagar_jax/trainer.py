@@ -17,7 +17,6 @@ one pass), or they become a shaped reward (reward_shaping); grpo does not grade.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 
@@ -25,12 +24,24 @@ import jax
 import numpy as np
 
 from gagar_jax import arms as arms_lib
-from gagar_jax import cli, evaluation, files, policy_io, rollout, sharding, suites
+from gagar_jax import (
+  evaluation,
+  files,
+  inspection,
+  policy_io,
+  progress,
+  rollout,
+  sharding,
+  skeleton,
+  suites,
+)
 from gagar_jax import metrics as metrics_lib
-from gagar_jax import workdir as workdir_lib
 from gagar_jax.configlib import check, check_positive_ints, from_dict
-from gagar_jax.errors import ConfigError, Interrupted
+from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
+from gagar_jax.errors import ConfigError
 from gagar_jax.grading import backends
+from gagar_jax.grading import loop as loop_lib
+from gagar_jax.hosts import Hosts
 from gagar_jax.learner import step as step_lib
 from gagar_jax.learner.checkpoint import Checkpointer
 from gagar_jax.learner.learner import Learner
@@ -71,16 +82,6 @@ def parse_config(config):
     f"(of the warm start in {config.init_from})",
   )
   return learner_cfg, rollout_cfg, policy
-
-
-def tiered(m: dict) -> str:
-  """The tiered protocol's part of a progress line: mean lambda, capped share, hacks."""
-  if "lambda_mean" not in m:
-    return ""
-  return (
-    f" lam {m['lambda_mean']:.2f} capped {m['lambda_capped_share']:.2f} hacks "
-    f"{m.get('grader_hacks', 0):.0f}"
-  )
 
 
 def batch_metrics(groups) -> dict[str, float]:
@@ -164,62 +165,41 @@ def parse_profile_steps(spec: str) -> tuple[int, int] | None:
 
 
 class Trainer:
+  """The RL loop of one run (module docstring): `Trainer(config, workdir).run()`."""
+
   def __init__(self, config, workdir: str, profile_steps: tuple[int, int] | None = None):
     # RL steps [a, b) traced with jax.profiler into workdir/profile (TensorBoard/XProf).
     self.profile_steps = profile_steps
     self.config, self.workdir = config, workdir
     self.learner_cfg, self.rollout_cfg, policy = parse_config(config)  # before any compute
-    from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
-    from gagar_jax.grading import loop as loop_lib
+    self.tok, self.model_config = policy.tok, policy.model_config
 
-    sharding.initialize_distributed(config.distributed)
-    # Multi-host: each process rolls out, sandboxes and grades its own num_groups / P
-    # groups (its own tasks and seed stream) on its own devices; the learner assembles
-    # the global batch from every process's rows. Only process 0 writes and prints.
-    self.processes, self.process = jax.process_count(), jax.process_index()
-    self.primary = self.process == 0
-    check(
-      config.num_groups % self.processes == 0,
-      "num_groups",
-      f"{config.num_groups} groups do not split over {self.processes} processes",
-    )
-    self.local_groups = config.num_groups // self.processes
-    self.tok, model_config = policy.tok, policy.model_config
-    self.model_config = model_config
-    self.mesh = sharding.make_mesh(config.mesh)
-    step_lib.check_split(
-      config.num_groups, self.mesh, self.learner_cfg.micro_batches, config.sharding_rules
-    )
-    # The whole config is valid: the workdir becomes (or must already be) this run's.
-    workdir_lib.claim(workdir, "rl", config, log=self.log)
+    def checks():  # those that need the process count; then the workdir becomes this run's
+      self.hosts = Hosts(workdir)
+      check(
+        config.num_groups % self.hosts.count == 0,
+        "num_groups",
+        f"{config.num_groups} groups do not split over {self.hosts.count} processes",
+      )
+      self.mesh = sharding.make_mesh(config.mesh)
+      step_lib.check_split(
+        config.num_groups, self.mesh, self.learner_cfg.micro_batches, config.sharding_rules
+      )
+
+    skeleton.begin(config, workdir, "rl", checks=checks, log=lambda line: self.hosts.log(line))
+    self.local_groups = config.num_groups // self.hosts.count
     # Rollouts run on this process's devices only (one mesh per host), with a per-host
-    # replica of the weights (`_sampling_params`); one process: the learner's mesh.
+    # replica of the weights (`Hosts.replicate`); one process: the learner's mesh.
     self.sample_mesh = self.mesh
-    if self.processes > 1:
+    if self.hosts.many:
       self.sample_mesh = sharding.make_mesh({"data": -1}, devices=jax.local_devices())
     # Read straight into the sharded layout (a checkpoint larger than one device).
-    params = policy_io.load_weights(policy, mesh=self.mesh, rules=config.sharding_rules)
-    self.learner = Learner(self.learner_cfg, model_config, self.mesh, config.sharding_rules)
-    self.init_params = params
+    self.init_params = policy_io.load_weights(policy, mesh=self.mesh, rules=config.sharding_rules)
+    self.learner = Learner(self.learner_cfg, self.model_config, self.mesh, config.sharding_rules)
     self.pool = SandboxPool(SandboxConfig.for_rollouts(config.sandbox_workers))
-    self.engine = rollout.RolloutEngine(
-      self.rollout_cfg,
-      model_config,
-      self.learner.graphdef,
-      self.tok,
-      self.pool,
-      mesh=self.sample_mesh,
-      rules=config.sharding_rules,
-    )
-    eval_cfg = dataclasses.replace(self.rollout_cfg, group_size=config.eval.group_size)
-    self.eval_engine = rollout.RolloutEngine(
-      eval_cfg,
-      model_config,
-      self.learner.graphdef,
-      self.tok,
-      self.pool,
-      mesh=self.sample_mesh,
-      rules=config.sharding_rules,
+    self.engine = self._engine(self.rollout_cfg)
+    self.eval_engine = self._engine(
+      dataclasses.replace(self.rollout_cfg, group_size=config.eval.group_size)
     )
     self.arm = arms_lib.get(config.arm)
     self.grades = self.arm.grades
@@ -229,30 +209,14 @@ class Trainer:
       workers=config.grader.workers,
       timeout_s=config.grader.timeout_s,
       root=os.path.join(
-        workdir, "workspaces", *([f"process_{self.process}"] if self.processes > 1 else [])
+        workdir, "workspaces", *([f"process_{self.hosts.index}"] if self.hosts.many else [])
       ),
       seed=config.seed,
       # The paper grades every mixed-outcome group (a lone pass gets its tier and hack
       # check); the rank form needs two passes for a ranking to say anything.
       min_passing=1 if self.learner_cfg.advantage.mode == "tiered" else 2,
     )
-    # Tasks of the suite mixture by data position; held-out sets per suite. On several
-    # processes sharing data_dir, process 0 builds the TFDS datasets, the others wait.
-    if self.processes > 1 and not self.primary:
-      from jax.experimental import multihost_utils
-
-      multihost_utils.sync_global_devices("gagar_jax: datasets built")
-    self.train_tasks = suites.MixedTasks(config.data_dir, config.suite, "train", seed=config.seed)
-    self.by_suite = len(self.train_tasks.names) > 1
-    self.graded_suites = graded_suites(config)
-    self.val_tasks = suites.held_out(config.data_dir, config.suite, "validation", config.eval.tasks)
-    self.test_tasks = suites.held_out(
-      config.data_dir, config.suite, "test", config.eval.final_tasks
-    )
-    if self.processes > 1 and self.primary:
-      from jax.experimental import multihost_utils
-
-      multihost_utils.sync_global_devices("gagar_jax: datasets built")
+    self._load_tasks()
     self.ckpt = Checkpointer(
       os.path.join(workdir, "checkpoints"),
       self.learner.abstract_state,
@@ -262,60 +226,87 @@ class Trainer:
       reference=self.learner_cfg.loss.kl != "off",
     )
     self.writer = metrics_lib.MetricWriter(workdir)
-    # Per process: the tasks it drew each step (hosts/process_<p>.jsonl), for audits.
-    self.host_log = os.path.join(workdir, "hosts", f"process_{self.process}.jsonl")
     self.current_step = 0
 
-  def log(self, text: str) -> None:
-    """Progress lines: process 0 only."""
-    if self.primary:
-      print(text, flush=True)
-
-  def _sampling_params(self, params):
-    """The weights the rollouts use: the learner's (one process), else a replica on this
-    process's devices (an all-gather over the mesh, then this host's copies, no host
-    round trip)."""
-    if self.processes == 1:
-      return params
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
-
-    full = jax.jit(lambda x: x, out_shardings=NamedSharding(self.mesh, P()))(params)
-    local = NamedSharding(self.sample_mesh, P())
-    return jax.tree.map(
-      lambda x: jax.make_array_from_single_device_arrays(
-        x.shape, local, [s.data for s in x.addressable_shards]
-      ),
-      full,
+  def _engine(self, cfg: rollout.RolloutConfig) -> rollout.RolloutEngine:
+    return rollout.RolloutEngine(
+      cfg,
+      self.model_config,
+      self.learner.graphdef,
+      self.tok,
+      self.pool,
+      mesh=self.sample_mesh,
+      rules=self.config.sharding_rules,
     )
 
+  def _load_tasks(self) -> None:
+    """Tasks of the suite mixture by data position; held-out sets per suite. On several
+    processes sharing data_dir, process 0 builds the TFDS datasets, the others wait."""
+    c = self.config
+    if not self.hosts.primary:
+      self.hosts.barrier("datasets built")
+    self.train_tasks = suites.MixedTasks(c.data_dir, c.suite, "train", seed=c.seed)
+    self.by_suite = len(self.train_tasks.names) > 1
+    self.graded_suites = graded_suites(c)
+    self.val_tasks = suites.held_out(c.data_dir, c.suite, "validation", c.eval.tasks)
+    self.test_tasks = suites.held_out(c.data_dir, c.suite, "test", c.eval.final_tasks)
+    if self.hosts.primary:
+      self.hosts.barrier("datasets built")
+
+  def log(self, text: str) -> None:
+    self.hosts.log(text)
+
   def _shard(self, x):
-    """Host rows of this process's groups (all groups when single-process) on the mesh."""
-    if self.processes > 1:
-      return sharding.shard_local_batch(x, self.mesh, self.config.sharding_rules)
-    return sharding.shard_batch(x, self.mesh, self.config.sharding_rules)
+    return self.hosts.shard(x, self.mesh, self.config.sharding_rules)
+
+  def _sampling_params(self, params):
+    return self.hosts.replicate(params, self.mesh, self.sample_mesh)
 
   # -- one step -------------------------------------------------------------------------
   def step(self, state, position: int, key):
-    c, learner = self.config, self.learner
-    n, g, t = self.local_groups, self.rollout_cfg.group_size, self.rollout_cfg.max_episode_tokens
-    times = {}
+    """One RL step from data position `position`: returns (state, next position, metrics)."""
     start = time.perf_counter()
-    counter = [position]
-    drawn = []
+    groups, ro, position, submitted, before = self._rollout(state, position, key)
+    times = {"rollout_s": time.perf_counter() - start}
+    kept = len(groups)
+    if self.hosts.many:  # the update is collective: skip only if no process kept one
+      every = self.hosts.gather([len(groups), ro["pass_rate"]])
+      kept = int(np.sum(every[:, 0]))
+      # The progress line's figures over all processes (the rest of `ro` is this one's).
+      ro = {**ro, "groups_kept": kept, "pass_rate": float(np.mean(every[:, 1]))}
+    if not kept:
+      # Dynamic sampling kept no group: an update on an all-padding batch would still
+      # move the parameters (AdamW momentum), so there is none; the data position moved.
+      times["step_s"] = time.perf_counter() - start
+      return state, position, {**ro, **times, "skipped": 1.0, "grader_groups": 0.0}
+    state, host, parts, m = self._update(state, groups, before, times)
+    if self.config.inspect.record:  # the group inspector's records (inspect_groups.py)
+      self._record_groups(groups, host_part(slice(0, len(groups)), host, *parts), parts[2])
+    times["step_s"] = time.perf_counter() - start
+    quality = {"grader_groups": float(submitted), **batch_metrics(groups)}
+    if self.by_suite:  # the same per suite of the mixture, advantage statistics included
+      names = [evaluation.suite_of(grp) for grp in groups]
+      for name in sorted(set(names)):
+        sub = [grp for grp, n in zip(groups, names, strict=True) if n == name]
+        quality.update({f"{name}/{k}": v for k, v in batch_metrics(sub).items()})
+        rows = np.array([i for i, n in enumerate(names) if n == name])
+        adv = step_lib.compute_advantages(host_part(rows, host, *parts), self.learner_cfg.advantage)
+        quality.update({f"{name}/{k}": float(v) for k, v in adv.metrics.items()})
+    return state, position, {**ro, **m, **times, **quality, "skipped": 0.0}
+
+  def _rollout(self, state, position: int, key):
+    """This process's kept groups, each sent to the grader as soon as its round ends (so
+    grading overlaps with later rounds and the update's forward pass). Returns (groups,
+    rollout metrics, next data position, groups submitted, grader counters before)."""
+    counter, drawn = [position], []
 
     def next_task():  # process p of P draws tasks p, p + P, p + 2P, ... of the mixture
-      task = self.train_tasks[counter[0] * self.processes + self.process]
+      task = self.train_tasks[counter[0] * self.hosts.count + self.hosts.index]
       counter[0] += 1
       drawn.append(task.task_id)
       return task
 
-    key = jax.random.fold_in(key, self.process)  # each process its own sampling stream
-    sample_params = self._sampling_params(state.params)
-
-    # Each kept group goes to the grader as soon as its round ends, so grading overlaps
-    # with later rounds and with the device's log-prob pass below. The model graders'
-    # counters are read before any of this step's grading starts.
+    # The model graders' counters are read before any of this step's grading starts.
     before = dict(getattr(self.grader, "stats", {})) if self.grades else {}
     submitted = [0]
 
@@ -324,32 +315,31 @@ class Trainer:
         submitted[0] += bool(self.grader_loop.submit(slot, group))
 
     groups, ro = self.engine.collect(
-      sample_params,
+      self._sampling_params(state.params),
       next_task,
-      n,
-      key,
+      self.local_groups,
+      jax.random.fold_in(key, self.hosts.index),  # each process its own sampling stream
       on_group=grade if self.grades else None,
       by_suite=self.by_suite,
     )
-    times["rollout_s"] = time.perf_counter() - start
-    submitted = submitted[0]
-    self._log_host(position, counter[0], drawn, len(groups))
-    kept = len(groups)
-    if self.processes > 1:  # the update is collective: skip only if no process kept one
-      from jax.experimental import multihost_utils
+    self.hosts.audit(
+      {
+        "step": self.current_step,
+        "position": position,
+        "next_position": counter[0],
+        "kept": len(groups),
+        "tasks": drawn,
+      }
+    )
+    return groups, ro, counter[0], submitted[0], before
 
-      every = multihost_utils.process_allgather(np.array([len(groups), ro["pass_rate"]]))
-      every = np.reshape(every, (self.processes, 2))
-      kept = int(np.sum(every[:, 0]))
-      # The progress line's figures over all processes (the rest of `ro` is this one's).
-      ro = {**ro, "groups_kept": kept, "pass_rate": float(np.mean(every[:, 1]))}
-    if not kept:
-      # Dynamic sampling kept no group: an update on an all-padding batch would still
-      # move the parameters (AdamW momentum), so there is none; the data position moved.
-      times["step_s"] = time.perf_counter() - start
-      return state, counter[0], {**ro, **times, "skipped": 1.0, "grader_groups": 0.0}
+  def _update(self, state, groups, before, times):
+    """The batch of the kept groups with its grades, and the update(s) on it. Returns
+    (state, host arrays, (rewards, ranks, grades) as the advantages saw them, metrics)."""
+    c, learner = self.config, self.learner
+    n, g, t = self.local_groups, self.rollout_cfg.group_size, self.rollout_cfg.max_episode_tokens
     host = rollout.to_arrays(groups, n, g, t)
-    batch = learner.shard_batch(Batch.from_rollout(host), process_local=self.processes > 1)
+    batch = learner.shard_batch(Batch.from_rollout(host), process_local=self.hosts.many)
     t0 = time.perf_counter()
     # One update per batch without KL: the update's own forward pass gives the old
     # log-probs (`on_policy`), so there is no log-prob pass before it.
@@ -386,73 +376,67 @@ class Trainer:
         graded=shard(grades.graded),
       )
     t0 = time.perf_counter()
-    lengths = host.lengths if self.processes == 1 else None  # (host holds local groups)
+    lengths = host.lengths if not self.hosts.many else None  # (host holds local groups)
     for _ in range(c.updates_per_batch):
       state, m = learner.step(state, batch, on_policy, lengths)
     times["update_s"] = time.perf_counter() - t0
-    if c.inspect.record:  # the group inspector's records (experiments/inspect_groups.py)
-      self._record_groups(groups, host, rewards, ranks, grades)
-    times["step_s"] = time.perf_counter() - start
-    quality = {"grader_groups": float(submitted), **batch_metrics(groups)}
-    if self.by_suite:  # the same per suite of the mixture, advantage statistics included
-      names = [evaluation.suite_of(grp) for grp in groups]
-      for name in sorted(set(names)):
-        sub = [grp for grp, n in zip(groups, names, strict=True) if n == name]
-        quality.update({f"{name}/{k}": v for k, v in batch_metrics(sub).items()})
-        rows = np.array([i for i, n in enumerate(names) if n == name])
-        part = host_part(rows, host, rewards, ranks, grades)
-        adv = step_lib.compute_advantages(part, self.learner_cfg.advantage).metrics
-        quality.update({f"{name}/{k}": float(v) for k, v in adv.items()})
-    metrics = {**ro, **m, **grade_metrics, **times, **quality, "skipped": 0.0}
-    return state, counter[0], metrics
+    return state, host, (rewards, ranks, grades), {**m, **grade_metrics}
 
-  def _record_groups(self, groups, host, rewards, ranks, grades) -> None:
-    """Writes this step's group records (`inspection.py`): advantages before and after
+  def _record_groups(self, groups, part: Groups, grades) -> None:
+    """This step's group records (`inspection.py`): advantages before and after
     redistribution recomputed on the host exactly as the learner's step does."""
-    from gagar_jax import inspection
-
-    part = host_part(slice(0, len(groups)), host, rewards, ranks, grades)
-    adv = step_lib.compute_advantages(part, self.learner_cfg.advantage)
-    records = inspection.group_records(
+    inspection.record_step(
+      os.path.join(self.workdir, "groups"),
       groups,
-      before=np.asarray(adv.base),
-      after=np.asarray(adv.new),
-      lam=np.asarray(adv.lam),
+      step_lib.compute_advantages(part, self.learner_cfg.advantage),
       grades=grades,
       reports=self.grader_loop.reports if self.grades else {},
       step=self.current_step,
+      process=self.hosts.index,
+      processes=self.hosts.count,
+      max_steps=self.config.inspect.max_steps,
     )
-    root = os.path.join(self.workdir, "groups")
-    inspection.write_step(
-      root, records[0]["step"] if records else 0, records,
-      process=self.process, processes=self.processes,
-    )  # fmt: skip
-    inspection.thin(root, self.config.inspect.max_steps * self.processes)
-
-  def _log_host(self, start: int, end: int, tasks, kept: int) -> None:
-    os.makedirs(os.path.dirname(self.host_log), exist_ok=True)
-    with open(self.host_log, "a") as f:
-      record = {
-        "step": self.current_step,
-        "position": start,
-        "next_position": end,
-        "kept": kept,
-        "tasks": tasks,
-      }
-      f.write(json.dumps(record) + "\n")
 
   # -- the loop -------------------------------------------------------------------------
   def run(self) -> dict:
+    """Restores (or starts) the run, trains to `steps` with periodic evaluation and
+    checkpoints, then evaluates on the test tasks and writes the run's outputs."""
+    c = self.config
+    state, step, meta = self._restore()
+    # Each process's own data position (process p draws tasks p, p + P, ...).
+    positions = meta.get("data_positions") or [int(meta["data_position"])] * self.hosts.count
+    if len(positions) != self.hosts.count:
+      raise ConfigError(
+        "distributed.num_processes",
+        f"the checkpoint was written by {len(positions)} process(es), this run has "
+        f"{self.hosts.count}; resume with the same process count",
+      )
+    loop = _Loop(
+      step=step,
+      position=int(positions[self.hosts.index]),
+      skipped=int(meta["skipped_steps"]),
+      curve=list(meta.get("curve", [])),
+      warm_start=meta["init_from_sha256"],
+    )
+    key = jax.random.key(c.seed)
+    if step == 0 and not loop.curve:
+      loop.curve.append(self._evaluate(state, 0, key))
+    start = time.time()
+    state = self._train(state, loop, key)
+    return self._finish(state, loop, key, start)
+
+  def _restore(self):
+    """(state, RL steps done, checkpoint metadata): the newest checkpoint that restores,
+    or a fresh state from the warm start; and the KL reference (`self.ref_params`)."""
     c = self.config
     warm_start = policy_io.fingerprint(c.init_from)
     meta = {"data_position": 0, "skipped_steps": 0, "init_from_sha256": warm_start}
-    # RL steps done (skipped ones included): the newest checkpoint that restores.
     restored = self.ckpt.restore_newest(log=self.log)
     reference = None
+    kl = self.learner_cfg.loss.kl != "off"
     if restored is not None:
       step, state, saved, reference = restored
       meta.update(saved)
-      kl = self.learner_cfg.loss.kl != "off"
       if kl and reference is None and meta["init_from_sha256"] != warm_start:
         raise ConfigError(
           "init_from",
@@ -471,113 +455,94 @@ class Trainer:
     # in buffers of its own: the update step donates the policy's.
     # It is saved in the checkpoints too (a resume does not depend on init_from's files).
     self.ref_params = reference
-    if self.learner_cfg.loss.kl != "off" and reference is None:
+    if kl and reference is None:
       self.ref_params = jax.device_put(
         self.init_params, self.learner.state_shardings.params, may_alias=False
       )
-    # Each process's own data position (process p draws tasks p, p + P, ...).
-    positions = meta.get("data_positions") or [int(meta["data_position"])] * self.processes
-    if len(positions) != self.processes:
-      raise ConfigError(
-        "distributed.num_processes",
-        f"the checkpoint was written by {len(positions)} process(es), this run has "
-        f"{self.processes}; resume with the same process count",
-      )
-    position, skipped = int(positions[self.process]), int(meta["skipped_steps"])
-    curve = list(meta.get("curve", []))
-    key = jax.random.key(c.seed)
-    start, steps_done = time.time(), 0
+    return state, step, meta
 
-    def save(force=False):
-      every = [position]
-      if self.processes > 1:  # collective: every process calls save() every step
-        from jax.experimental import multihost_utils
+  def _save(self, state, loop: _Loop, force: bool = False) -> None:
+    every = [int(x) for x in np.ravel(self.hosts.gather([loop.position]))]  # collective
+    self.ckpt.save(
+      loop.step,
+      state,
+      {
+        "data_position": every[0],
+        "data_positions": every,
+        "curve": loop.curve,
+        "skipped_steps": loop.skipped,
+        "init_from_sha256": loop.warm_start,
+      },
+      force=force,
+      reference=self.ref_params,
+    )
 
-        every = [int(x) for x in np.ravel(multihost_utils.process_allgather(np.array([position])))]
-      self.ckpt.save(
-        step,
-        state,
-        {
-          "data_position": every[0],
-          "data_positions": every,
-          "curve": curve,
-          "skipped_steps": skipped,
-          "init_from_sha256": meta["init_from_sha256"],
-        },
-        force=force,
-        reference=self.ref_params,
-      )
+  def _train(self, state, loop: _Loop, key):
+    """The steps from `loop.step` to `steps` in `skeleton.run`'s skeleton: progress lines,
+    metrics, evaluations, and a checkpoint after every step (saved when due)."""
+    c = self.config
+    start, first = time.time(), loop.step
+    profile = _Profile(self.profile_steps, os.path.join(self.workdir, "profile"), self.log)
+    held = {"state": state}
 
-    if step == 0 and not curve:
-      curve.append(self._evaluate(state, 0, key))
-    # The last step whose records (metrics rows, evaluation) are all written: only such a
-    # step is checkpointed when the loop ends early, so a resume never misses a row.
-    logged, finished, tracing = step, False, False
-    stop = cli.GracefulStop("[train]").install()
-    try:
-      while step < c.steps:
-        step_key = jax.random.fold_in(key, step + 1)
-        if self.profile_steps and step + 1 == self.profile_steps[0]:
-          jax.profiler.start_trace(os.path.join(self.workdir, "profile"))
-          tracing = True
-        self.grader_loop.round = step
-        self.current_step = step + 1  # the step being run, as printed and logged
+    def update(step):
+      profile.before(step + 1)
+      self.grader_loop.round = step
+      self.current_step = step + 1  # the step being run, as printed and logged
+      try:
+        held["state"], loop.position, held["m"] = self.step(
+          held["state"], loop.position, jax.random.fold_in(key, step + 1)
+        )
+      except NonFiniteError as e:  # the update was skipped: the last finite state stands
+        held["state"] = e.state
+        raise
+      loop.step = step + 1
+      profile.after(loop.step, c.steps)
+      return loop.step
+
+    def record(step):
+      m = held["m"]
+      loop.skipped += int(m["skipped"])
+      m["skipped_steps"], m["data_position"] = float(loop.skipped), float(loop.position)
+      self.writer.write(step, m, prefix="train")
+      rate = (time.time() - start) / (step - first)
+      eta = f"{m['step_s']:.1f}s/step, eta {rate * (c.steps - step) / 60:.1f}m"
+      self.log(progress.step_line(step, c.steps, m, c.num_groups, loop.skipped, eta))
+      if step % c.eval.every_steps == 0 or step == c.steps:
+        loop.curve.append(self._evaluate(held["state"], step, key))
+
+    def on_exit(finished):
+      profile.stop()
+      if not finished:
         try:
-          state, position, m = self.step(state, position, step_key)
-        except NonFiniteError as e:
-          state = e.state
-          raise
-        step += 1
-        steps_done += 1
-        if tracing and (step + 1 == self.profile_steps[1] or step == c.steps):
-          jax.profiler.stop_trace()
-          tracing = False
-          self.log(
-            f"[train] profile of steps {self.profile_steps[0]}..{step} in "
-            f"{os.path.join(self.workdir, 'profile')}"
-          )
-        skipped += int(m["skipped"])
-        m["skipped_steps"], m["data_position"] = float(skipped), float(position)
-        self.writer.write(step, m, prefix="train")
-        rate = (time.time() - start) / steps_done
-        eta = f"{m['step_s']:.1f}s/step, eta {rate * (c.steps - step) / 60:.1f}m"
-        if m["skipped"]:
-          self.log(
-            f"[train] step {step}/{c.steps} | pass {m['pass_rate']:.2f} kept 0/{c.num_groups} "
-            f"in {m['rounds']} round(s) | skipped: no informative group, no update "
-            f"({skipped} skipped so far) | {eta}"
-          )
-        else:
-          self.log(
-            f"[train] step {step}/{c.steps} | pass {m['pass_rate']:.2f} kept "
-            f"{m['groups_kept']}/{c.num_groups} in {m['rounds']} round(s) | loss "
-            f"{m['loss']:+.4f} gn {m['grad_norm']:.3f} kl {m['kl']:.4f} | moved "
-            f"{m['adv_abs_moved']:.3f} graded {m.get('grader_ok', 0):.0f}/"
-            f"{m['grader_groups']:.0f}{tiered(m)} | tokens {m['episode_tokens']:.0f} | {eta}"
-          )
-        if step % c.eval.every_steps == 0 or step == c.steps:
-          curve.append(self._evaluate(state, step, key))
-        logged = step
-        save()
-        if stop.requested and step < c.steps:
-          raise Interrupted(
-            f"[train] stopped at step {step}/{c.steps} (Ctrl-C); checkpoint saved in "
-            f"{self.ckpt.directory}: rerun the same command to resume"
-          )
-      finished = True
-    finally:
-      stop.restore()
-      if tracing:
-        jax.profiler.stop_trace()
-      self._final_save(save, consistent=step == logged, finished=finished)
+          self.close()
+        except Exception:  # best effort on the way out of a failed run
+          pass
+
+    skeleton.steps(
+      "[train]",
+      first=loop.step,
+      total=c.steps,
+      update=update,
+      record=record,
+      save=lambda step, force: self._save(held["state"], loop, force=force),
+      checkpoints=self.ckpt.directory,
+      log=self.log,
+      on_exit=on_exit,
+    )
+    return held["state"]
+
+  def _finish(self, state, loop: _Loop, key, start: float) -> dict:
+    """The final test (the same tasks and sampling key for every arm of a seed: paired
+    comparisons), the exported policy, summary.json and the curves."""
+    c = self.config
     sample_params = self._sampling_params(state.params)
-    # The same test tasks and sampling key for every arm of a seed: paired comparisons.
     final_groups = self.eval_engine.run(
       sample_params, self.test_tasks, jax.random.fold_in(key, 10**7)
     )
     final = evaluation.policy_metrics(final_groups, by_suite=self.by_suite)
-    self._log_digest(sample_params)
-    if not self.primary:
+    self.hosts.audit_digest(sample_params)
+    if not self.hosts.primary:
       self.close()
       return {}
     # The RL'd policy, loadable like init_from (process 0's replica of the weights).
@@ -589,57 +554,21 @@ class Trainer:
       "base_arm": c.arm,
       "grader": c.grader.backend if self.grades else None,
       "seed": c.seed,
-      "steps": step,
+      "steps": loop.step,
       "optimizer_steps": int(state.step),
-      "skipped_steps": skipped,
+      "skipped_steps": loop.skipped,
       "final_test": final,
       "final_test_tasks": [evaluation.task_record(g) for g in final_groups],
-      "curve": curve,
+      "curve": loop.curve,
       "wall_minutes": (time.time() - start) / 60,
     }
-    with open(os.path.join(self.workdir, "summary.json"), "w") as f:
-      json.dump(summary, f, indent=2)
-    plot_run(metrics_lib.read(self.writer.path), curve, os.path.join(self.workdir, "curves.png"))
-    self.close()
-    self.log(
-      f"[train] done: test pass@1 {final['pass@1']:.3f}, pass@{c.eval.group_size} "
-      f"{final[f'pass@{c.eval.group_size}']:.3f}, bloated passing "
-      f"{evaluation.fmt(final.get('passing_bloated'))}, tokens {final['episode_tokens']:.0f}; "
-      "outputs in "
-      f"{self.workdir}"
+    skeleton.write_summary(self.workdir, summary)
+    progress.plot_run(
+      metrics_lib.read(self.writer.path), loop.curve, os.path.join(self.workdir, "curves.png")
     )
+    self.close()
+    self.log(progress.done_line(final, c.eval.group_size, self.workdir))
     return summary
-
-  def _final_save(self, save, *, consistent: bool, finished: bool) -> None:
-    """The forced checkpoint when the loop ends. After an error or a Ctrl-C it is written
-    only for a step whose records are complete, and a failure to write it (the state's
-    buffers given to an update the error cut short) is reported, not raised over the
-    error; the last periodic checkpoint then stands."""
-    if finished:
-      save(force=True)
-      return
-    try:
-      if consistent:
-        save(force=True)
-    except Exception as e:  # the original error is what the user must see
-      self.log(f"[train] no final checkpoint ({type(e).__name__}); the last saved one stands")
-    finally:
-      try:
-        self.close()
-      except Exception:  # best effort on the way out of a failed run
-        pass
-
-  def _log_digest(self, params) -> None:
-    """The sha256 of this process's replica of the final weights, in its host log (the
-    replicas of all processes must agree)."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    for leaf in jax.tree.leaves(params):
-      digest.update(np.asarray(leaf.addressable_data(0)).tobytes())
-    os.makedirs(os.path.dirname(self.host_log), exist_ok=True)
-    with open(self.host_log, "a") as f:
-      f.write(json.dumps({"final_params_sha256": digest.hexdigest()}) + "\n")
 
   def _evaluate(self, state, step, key) -> dict:
     # Every process evaluates the same held-out tasks with the same key (the same
@@ -653,12 +582,7 @@ class Trainer:
       by_suite=self.by_suite,
     )
     self.writer.write(step, ev, prefix="eval")
-    self.log(
-      f"[eval] step {step}: pass@1 {ev['pass@1']:.3f} informative "
-      f"{ev['informative_groups']:.2f} bloated-passing {evaluation.fmt(ev.get('passing_bloated'))} "
-      "tokens "
-      f"{ev['episode_tokens']:.0f}"
-    )
+    self.log(progress.eval_line(step, ev))
     return {"step": step, **ev}
 
   def close(self):
@@ -667,32 +591,35 @@ class Trainer:
     self.ckpt.close()
 
 
-def plot_run(records: list[dict], curve: list[dict], path: str) -> None:
-  """Training curves: batch pass rate, eval pass@1, episode length, gradient norm."""
-  import matplotlib
+@dataclasses.dataclass
+class _Loop:
+  """Where the loop stands: RL steps done (skipped ones included), this process's data
+  position, skipped steps, the evaluation curve, and the warm start's fingerprint."""
 
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
+  step: int
+  position: int
+  skipped: int
+  curve: list
+  warm_start: str
 
-  train = [r for r in records if "train/pass_rate" in r]
-  fig, ax = plt.subplots(1, 4, figsize=(16, 3.6))
-  if train:
-    steps = [r["step"] for r in train]
-    ax[0].plot(steps, [r["train/pass_rate"] for r in train], label="rollout pass rate")
-    # Skipped steps (no group kept) have no tokens or gradient: gaps in those curves.
-    get = lambda k: [r.get(k, np.nan) for r in train]
-    ax[2].plot(steps, get("train/episode_tokens"), label="train")
-    ax[3].plot(steps, get("train/grad_norm"))
-  if curve:
-    ax[0].plot([p["step"] for p in curve], [p["pass@1"] for p in curve], "o-", label="eval pass@1")
-    ax[1].plot([p["step"] for p in curve], [p.get("passing_bloated", np.nan) for p in curve], "o-")
-    ax[2].plot([p["step"] for p in curve], [p["episode_tokens"] for p in curve], "o-", label="eval")
-  ax[0].set(title="pass rate", xlabel="step", ylim=(0, 1))
-  ax[0].legend()
-  ax[1].set(title="bloated share of passing", xlabel="step", ylim=(0, 1))
-  ax[2].set(title="episode tokens", xlabel="step")
-  ax[2].legend()
-  ax[3].set(title="gradient norm", xlabel="step")
-  fig.tight_layout()
-  fig.savefig(path, dpi=100)
-  plt.close(fig)
+
+class _Profile:
+  """Traces RL steps [a, b) (`profile_steps`) with jax.profiler into `path`."""
+
+  def __init__(self, steps: tuple[int, int] | None, path: str, log):
+    self.steps, self.path, self.log, self.tracing = steps, path, log, False
+
+  def before(self, step: int) -> None:
+    if self.steps and step == self.steps[0]:
+      jax.profiler.start_trace(self.path)
+      self.tracing = True
+
+  def after(self, step: int, last: int) -> None:
+    if self.tracing and (step + 1 == self.steps[1] or step == last):
+      self.stop()
+      self.log(f"[train] profile of steps {self.steps[0]}..{step} in {self.path}")
+
+  def stop(self) -> None:
+    if self.tracing:
+      jax.profiler.stop_trace()
+      self.tracing = False

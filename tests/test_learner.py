@@ -218,6 +218,29 @@ def test_non_finite_step_raises_and_keeps_last_state(mesh1):
     np.testing.assert_array_equal(a, b)
 
 
+def test_sft_non_finite_step_keeps_the_last_finite_state(mesh1, nano_config):
+  # SFT shares the learner's guarded update: a non-finite loss leaves the parameters and
+  # the optimizer where they were (it used to apply the update, then raise).
+  from gagar_jax import sft
+
+  cfg = sft.SFTConfig(batch_size=2, seq_len=16, steps=4, warmup_steps=0)
+  trainer = sft.SFTTrainer(cfg, nano_config, mesh1)
+  state = trainer.init(0)
+  before = _params(state)
+  tokens = np.arange(32, dtype=np.int32).reshape(2, 16) % nano_config.vocab_size
+  weights = np.ones((2, 16), np.float32)
+  state, metrics = trainer.step(state, tokens, weights)  # a finite step moves them
+  assert int(state.step) == 1 and np.isfinite(metrics["loss"]) and "finite" not in metrics
+  moved = _params(state)
+  assert any(not np.array_equal(a, b) for a, b in zip(moved, before, strict=True))
+  with pytest.raises(step_lib.NonFiniteError, match="non-finite loss") as info:
+    trainer.step(state, tokens, np.full((2, 16), np.nan, np.float32))
+  kept = info.value.state
+  assert int(kept.step) == 1
+  for a, b in zip(_params(kept), moved, strict=True):
+    np.testing.assert_array_equal(a, b)
+
+
 def test_batch_without_policy_tokens_changes_nothing(mesh1):
   # Regression: an all-padding batch (dynamic sampling kept no group) still ran AdamW,
   # whose momentum from the previous step moved the parameters.

@@ -12,6 +12,7 @@ share files. Read them with `gagar_jax.data.pipeline` (`tfds.data_source` + grai
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from collections.abc import Callable, Iterable
 
@@ -20,7 +21,7 @@ import tensorflow_datasets as tfds
 
 from gagar_jax import configlib
 from gagar_jax.envs import expert as expert_lib
-from gagar_jax.envs import minirepo
+from gagar_jax.envs import humaneval, minirepo
 from gagar_jax.envs import task as task_lib
 
 # Seeds of split i start here: train 0.., validation 1e6.., test 2e6.. (never overlap).
@@ -197,7 +198,6 @@ def humaneval_config(problems: str = "") -> HumanevalConfig:
   """A config named by its problems file (its sha256), "default" for the package's."""
   if not problems:
     return _HUMANEVAL_DEFAULT  # TFDS wants the registered instance itself
-  import hashlib
 
   with open(problems, "rb") as f:
     digest = hashlib.sha256(f.read()).hexdigest()[:12]
@@ -227,7 +227,6 @@ class Humaneval(tfds.core.GeneratorBasedBuilder):
 
   def _split_generators(self, dl_manager):
     del dl_manager
-    from gagar_jax.envs import humaneval
 
     tasks = humaneval.load_tasks(self.builder_config.problems)
     # A small problems file may leave a split empty: TFDS writes no empty split.
@@ -237,7 +236,6 @@ class Humaneval(tfds.core.GeneratorBasedBuilder):
     return {s: self._generate_examples(s) for s in present}
 
   def _generate_examples(self, split):
-    from gagar_jax.envs import humaneval
 
     for t in humaneval.load_tasks(self.builder_config.problems, split):
       yield t.task_id, {"task_id": t.task_id, "task": t.to_json()}

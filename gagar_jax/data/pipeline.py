@@ -15,7 +15,7 @@ import grain
 import tensorflow_datasets as tfds
 
 from gagar_jax.data import builders
-from gagar_jax.envs import minirepo
+from gagar_jax.envs import humaneval, minirepo
 
 
 def _prepare(builder: tfds.core.DatasetBuilder) -> tfds.core.DatasetBuilder:
@@ -53,7 +53,6 @@ def humaneval_tasks(
   repeat: bool = True,
 ) -> grain.MapDataset:
   """A grain `MapDataset` of `HumanEvalTask`s of `split` (see `tasks`)."""
-  from gagar_jax.envs import humaneval
 
   def decode(example):
     text = example["task"]

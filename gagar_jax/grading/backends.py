@@ -11,19 +11,18 @@ import os
 
 from gagar_jax import configlib
 from gagar_jax.errors import ConfigError
+from gagar_jax.grading import agent, lm_grader, openai_grader, rubric
 
 BACKENDS = ("rubric", "lm", "openai")
 
 
 def agent_config(section, prefix: str = "grader.agent"):
   """`agent.AgentConfig` of a config section (the budgets of the lm / openai agent)."""
-  from gagar_jax.grading import agent
 
   return configlib.from_dict(agent.AgentConfig, section, prefix)
 
 
 def openai_config(section, prefix: str = "grader.openai"):
-  from gagar_jax.grading import openai_grader
 
   return configlib.from_dict(openai_grader.OpenAIConfig, section, prefix)
 
@@ -45,7 +44,6 @@ def check_config(grader, prefix: str = "grader") -> None:
 
 def make(backend: str, *, agent=None, lm_path: str = "", openai=None):
   """The grader of `backend`; `agent`: an `AgentConfig`, `openai`: an `OpenAIConfig`."""
-  from gagar_jax.grading import lm_grader, openai_grader, rubric
 
   configlib.one_of(backend, BACKENDS, "grader.backend")
   if backend == "rubric":

@@ -40,6 +40,8 @@ import time
 
 import numpy as np
 
+from gagar_jax import rollout
+from gagar_jax.envs import expert as expert_lib
 from gagar_jax.envs import minirepo, tools
 from gagar_jax.grading import agent, protocol, rubric, workspace
 
@@ -102,8 +104,6 @@ def inject_hacks(group, pool, seed: int, most: int = 2):
   expert's reward hack (`if <the reported call>: return <its expected value>`, other
   habits at 0.2 each), for grader data on weak-test tasks, where the policy never hacks.
   A group on a task without weak hidden tests is returned as it is."""
-  from gagar_jax import rollout
-  from gagar_jax.envs import expert as expert_lib
 
   task = group[0].task
   if not task.difficulty.get("weak_hidden_tests"):

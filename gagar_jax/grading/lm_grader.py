@@ -16,6 +16,7 @@ see the same tokens and, greedy, give the same rankings.
 from __future__ import annotations
 
 import json
+import os
 import queue
 import threading
 import weakref
@@ -23,6 +24,7 @@ from concurrent import futures
 
 import jax
 
+from gagar_jax import files, policy_io
 from gagar_jax.envs import transcript
 from gagar_jax.grading import agent
 from gagar_jax.models import sampler as sampler_lib
@@ -266,9 +268,6 @@ class LMGrader(agent.AgentGrader):
 def load_chat_model(path: str, max_batch: int = 8, field: str = "grader.lm_path") -> LocalChatModel:
   """A grader folder (`policy_io` layout plus grader.json: context, max_obs_tokens);
   `field`: the flag or config field that named it (in error messages)."""
-  import os
-
-  from gagar_jax import files, policy_io
 
   tok, model_config, params = policy_io.load(path, field=field)
   settings_file = os.path.join(path, "grader.json")

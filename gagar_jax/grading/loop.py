@@ -18,6 +18,7 @@ in its own daemon thread, so a hung grader never blocks the pool.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import threading
@@ -42,7 +43,6 @@ class GradeArrays(NamedTuple):
 def transcript_lines(messages, limit: int = 600) -> list[dict]:
   """An agent grader's conversation as [{role, text}] (tool calls as their action text,
   each text cut to `limit` characters)."""
-  import json
 
   out = []
   for m in messages or ():

@@ -21,6 +21,7 @@ up before its answer costs a closed socket, not a traceback.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import sys
@@ -111,6 +112,135 @@ def handle_completion(chat, model_name: str, body, counter) -> dict:
   return response
 
 
+@dataclasses.dataclass
+class _Serving:
+  chat: object
+  model_name: str
+  api_key: str
+  verbose: bool
+  max_pending: int
+  pending: threading.BoundedSemaphore
+  counter: itertools.count
+
+
+class _Handler(BaseHTTPRequestHandler):
+  """The OpenAI-compatible routes; `serving` (set per server by `make_server`) holds the
+  model, its name, the API key and the request limits."""
+
+  protocol_version = "HTTP/1.1"
+  serving: _Serving
+
+  def log_message(self, fmt, *args):
+    if self.serving.verbose:
+      super().log_message(fmt, *args)
+
+  def _send(self, status: int, payload: dict, headers=None):
+    data = json.dumps(payload).encode()
+    try:
+      self.send_response(status)
+      self.send_header("Content-Type", "application/json")
+      self.send_header("Content-Length", str(len(data)))
+      for name, value in (headers or {}).items():
+        self.send_header(name, value)
+      if self.close_connection:
+        self.send_header("Connection", "close")
+      self.end_headers()
+      self.wfile.write(data)
+    except _GONE:  # the client hung up before its answer
+      self.close_connection = True
+
+  def send_error(self, code, message=None, explain=None):
+    """What http.server sends for a request it cannot parse (a garbage request line,
+    bad headers, an unsupported method): the same JSON errors as the rest, never
+    HTML, and the connection closed."""
+    self.close_connection = True
+    if getattr(self, "request_version", "HTTP/0.9") == "HTTP/0.9":  # no usable version:
+      self.request_version = "HTTP/1.1"  # still answer with a status line and headers
+    self._error(HTTPError(code, message or "bad request", code="bad_request"))
+
+  def _error(self, e: HTTPError):
+    self._send(
+      e.status,
+      {"error": {"message": str(e), "type": e.kind, "param": e.param, "code": e.code}},
+      e.headers,
+    )
+
+  def do_GET(self):
+    if self.path == "/health":
+      self._send(200, {"status": "ok", "model": self.serving.model_name})
+    elif self.path == "/v1/models":
+      self._send(
+        200, {"object": "list", "data": [{"id": self.serving.model_name, "object": "model"}]}
+      )
+    else:
+      self._error(HTTPError(404, f"no route GET {self.path}", code="not_found"))
+
+  def do_POST(self):
+    try:
+      # Until the body is read, an error must close the connection: the unread bytes
+      # would otherwise be parsed as the next request.
+      self.close_connection = True
+      if "Transfer-Encoding" in self.headers:
+        raise HTTPError(
+          411,
+          f"Transfer-Encoding {self.headers['Transfer-Encoding']!r} is not supported; "
+          "send the body with a Content-Length",
+          code="length_required",
+        )
+      if self.path != "/v1/chat/completions":
+        raise HTTPError(404, f"no route POST {self.path}", code="not_found")
+      key = self.serving.api_key
+      if key and self.headers.get("Authorization", "") != f"Bearer {key}":
+        raise HTTPError(401, "missing or wrong API key", code="invalid_api_key")
+      length = self.headers.get("Content-Length")
+      if length is None or not length.isdigit():
+        raise HTTPError(411, "Content-Length required", code="length_required")
+      if int(length) > MAX_BODY:
+        self.close_connection = True
+        raise HTTPError(413, f"body over {MAX_BODY} bytes", code="body_too_large")
+      kind = self.headers.get("Content-Type", "").split(";")[0].strip().lower()
+      if kind != "application/json":
+        raise HTTPError(
+          415,
+          f"Content-Type must be application/json, got {kind or 'none'!r}",
+          code="unsupported_media_type",
+        )
+      raw = self.rfile.read(int(length))
+      if len(raw) < int(length):
+        raise HTTPError(400, "the body ended before Content-Length bytes", code="short_body")
+      self.close_connection = False  # the body is read: the connection may be kept
+      try:
+        body = json.loads(raw)
+      except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise HTTPError(400, f"invalid JSON: {e}", code="invalid_json") from e
+      if not self.serving.pending.acquire(blocking=False):
+        raise HTTPError(
+          503,
+          f"{self.serving.max_pending} requests are already waiting for the model; retry shortly",
+          code="overloaded",
+          headers={"Retry-After": "1"},
+        )
+      try:
+        response = handle_completion(
+          self.serving.chat, self.serving.model_name, body, self.serving.counter
+        )
+      finally:
+        self.serving.pending.release()
+      self._send(200, response)
+    except HTTPError as e:
+      self._error(e)
+    except TimeoutError:  # the client stalled mid-body: drop it (`timeout`)
+      self.close_connection = True
+    except Exception as e:  # the model failed: report it, keep serving
+      traceback.print_exc()
+      self._error(HTTPError(500, f"{type(e).__name__}: {e}", code="internal_error"))
+
+  def _not_allowed(self):
+    self._error(HTTPError(405, f"method {self.command} not allowed", code="method_not_allowed"))
+
+  do_PUT = do_DELETE = do_PATCH = _not_allowed
+
+
 def make_server(
   chat,
   host: str,
@@ -122,120 +252,22 @@ def make_server(
   max_pending: int = 32,
   read_timeout_s: float = READ_TIMEOUT_S,
 ) -> ThreadingHTTPServer:
+  """An HTTP server of `chat` behind the OpenAI chat-completions API (module docstring);
+  at most `max_pending` requests wait for the model, a client silent for
+  `read_timeout_s` is dropped."""
   if max_pending < 1:
     raise ValueError(f"max_pending must be >= 1, got {max_pending}")
   if read_timeout_s <= 0:
     raise ValueError(f"read_timeout_s must be > 0, got {read_timeout_s}")
-  counter = itertools.count(1)
-  pending = threading.BoundedSemaphore(max_pending)
-
-  class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    timeout = read_timeout_s  # socket timeout: a stalled client is dropped, not kept forever
-
-    def log_message(self, fmt, *args):
-      if verbose:
-        super().log_message(fmt, *args)
-
-    def _send(self, status: int, payload: dict, headers=None):
-      data = json.dumps(payload).encode()
-      try:
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        for name, value in (headers or {}).items():
-          self.send_header(name, value)
-        if self.close_connection:
-          self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(data)
-      except _GONE:  # the client hung up before its answer
-        self.close_connection = True
-
-    def send_error(self, code, message=None, explain=None):
-      """What http.server sends for a request it cannot parse (a garbage request line,
-      bad headers, an unsupported method): the same JSON errors as the rest, never
-      HTML, and the connection closed."""
-      self.close_connection = True
-      if getattr(self, "request_version", "HTTP/0.9") == "HTTP/0.9":  # no usable version:
-        self.request_version = "HTTP/1.1"  # still answer with a status line and headers
-      self._error(HTTPError(code, message or "bad request", code="bad_request"))
-
-    def _error(self, e: HTTPError):
-      self._send(
-        e.status,
-        {"error": {"message": str(e), "type": e.kind, "param": e.param, "code": e.code}},
-        e.headers,
-      )
-
-    def do_GET(self):
-      if self.path == "/health":
-        self._send(200, {"status": "ok", "model": model_name})
-      elif self.path == "/v1/models":
-        self._send(200, {"object": "list", "data": [{"id": model_name, "object": "model"}]})
-      else:
-        self._error(HTTPError(404, f"no route GET {self.path}", code="not_found"))
-
-    def do_POST(self):
-      try:
-        # Until the body is read, an error must close the connection: the unread bytes
-        # would otherwise be parsed as the next request.
-        self.close_connection = True
-        if "Transfer-Encoding" in self.headers:
-          raise HTTPError(
-            411,
-            f"Transfer-Encoding {self.headers['Transfer-Encoding']!r} is not supported; "
-            "send the body with a Content-Length",
-            code="length_required",
-          )
-        if self.path != "/v1/chat/completions":
-          raise HTTPError(404, f"no route POST {self.path}", code="not_found")
-        if api_key and self.headers.get("Authorization", "") != f"Bearer {api_key}":
-          raise HTTPError(401, "missing or wrong API key", code="invalid_api_key")
-        length = self.headers.get("Content-Length")
-        if length is None or not length.isdigit():
-          raise HTTPError(411, "Content-Length required", code="length_required")
-        if int(length) > MAX_BODY:
-          self.close_connection = True
-          raise HTTPError(413, f"body over {MAX_BODY} bytes", code="body_too_large")
-        kind = self.headers.get("Content-Type", "").split(";")[0].strip().lower()
-        if kind != "application/json":
-          raise HTTPError(
-            415,
-            f"Content-Type must be application/json, got {kind or 'none'!r}",
-            code="unsupported_media_type",
-          )
-        raw = self.rfile.read(int(length))
-        if len(raw) < int(length):
-          raise HTTPError(400, "the body ended before Content-Length bytes", code="short_body")
-        self.close_connection = False  # the body is read: the connection may be kept
-        try:
-          body = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-          raise HTTPError(400, f"invalid JSON: {e}", code="invalid_json") from e
-        if not pending.acquire(blocking=False):
-          raise HTTPError(
-            503,
-            f"{max_pending} requests are already waiting for the model; retry shortly",
-            code="overloaded",
-            headers={"Retry-After": "1"},
-          )
-        try:
-          response = handle_completion(chat, model_name, body, counter)
-        finally:
-          pending.release()
-        self._send(200, response)
-      except HTTPError as e:
-        self._error(e)
-      except TimeoutError:  # the client stalled mid-body: drop it (`timeout`)
-        self.close_connection = True
-      except Exception as e:  # the model failed: report it, keep serving
-        traceback.print_exc()
-        self._error(HTTPError(500, f"{type(e).__name__}: {e}", code="internal_error"))
-
-    def _not_allowed(self):
-      self._error(HTTPError(405, f"method {self.command} not allowed", code="method_not_allowed"))
-
-    do_PUT = do_DELETE = do_PATCH = _not_allowed
-
-  return _Server((host, port), Handler)
+  serving = _Serving(
+    chat,
+    model_name,
+    api_key,
+    verbose,
+    max_pending,
+    threading.BoundedSemaphore(max_pending),
+    itertools.count(1),
+  )
+  # `timeout`: the socket timeout, so a stalled client is dropped, not kept forever.
+  handler = type("Handler", (_Handler,), {"serving": serving, "timeout": read_timeout_s})
+  return _Server((host, port), handler)

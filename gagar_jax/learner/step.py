@@ -392,6 +392,63 @@ def resolve_split(split: str, micro_batches: int) -> bool:
   return split == "on"
 
 
+def guarded_update(optimizer, state: TrainState, grads, loss, has_tokens=True):
+  """The optimizer's update of `state`, applied only if the loss and the gradient norm are
+  finite (and `has_tokens`): otherwise the state comes back unchanged, and the host raises
+  on `finite == 0` (`check_finite`) with the last finite state. Shared by the RL step and
+  SFT. Returns (state, gradient norm, finite, applied)."""
+  grad_norm = optax.tree.norm(grads)
+  updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+  apply = finite & has_tokens
+  keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(apply, a, b), new, old)
+  new_state = TrainState(
+    state.step + apply.astype(jnp.int32),
+    keep(params, state.params),
+    keep(opt_state, state.opt_state),
+    state.rng,
+  )
+  return new_state, grad_norm, finite, apply
+
+
+def part_loss(graphdef, loss_cfg, params, tokens, mask, old, ref, adv, denom, on_policy, full_t):
+  """PPO-clip (+ KL) over one part of a batch's rows, normalised by the batch-wide `denom`
+  (so parts add up to the batch's loss); (loss, metrics)."""
+  logp, entropy = token_logprobs(graphdef, params, tokens, with_entropy=True)
+  if on_policy:  # sampled by these very parameters (see `TrainStep`)
+    old = jax.lax.stop_gradient(logp)
+  # seq_mean_token_sum_norm divides by the untrimmed length (a bucket's is shorter).
+  max_tokens = loss_cfg.max_tokens or full_t
+  pg, metrics = losses.ppo_clip_loss(
+    logp,
+    old,
+    adv,
+    mask,
+    eps_low=loss_cfg.eps_low,
+    eps_high=loss_cfg.eps_high,
+    dual_clip=loss_cfg.dual_clip,
+    agg=loss_cfg.agg,
+    max_tokens=max_tokens,
+    denom=denom,
+  )
+  kl = losses.aggregate(
+    losses.kl_penalty(logp, ref, loss_cfg.kl),
+    mask,
+    loss_cfg.agg,
+    max_tokens=max_tokens,
+    denom=denom,
+  )
+  total = pg + loss_cfg.kl_coef * kl
+  metrics = dict(
+    metrics,
+    pg_loss=pg,
+    kl=kl,
+    entropy=losses.aggregate(entropy, mask, "token_mean", denom=denom),
+  )
+  return total, metrics
+
+
 def make_train_step(
   config: LearnerConfig,
   graphdef,
@@ -409,42 +466,8 @@ def make_train_step(
     """The loss over `parts`, each (tokens, mask, old, ref, adv) of some rows (one part,
     or the length buckets of `bucket_plan`): losses and metrics add up, since every
     part is normalised by the batch-wide `denom`; `full_t` is the batch's own length."""
-    out = [part_loss(params, *part, denom, on_policy, full_t) for part in parts]
+    out = [part_loss(graphdef, loss_cfg, params, *part, denom, on_policy, full_t) for part in parts]
     return jax.tree.map(lambda *xs: sum(xs[1:], xs[0]), *out)
-
-  def part_loss(params, tokens, mask, old, ref, adv, denom, on_policy, full_t):
-    logp, entropy = token_logprobs(graphdef, params, tokens, with_entropy=True)
-    if on_policy:  # sampled by these very parameters (see `TrainStep`)
-      old = jax.lax.stop_gradient(logp)
-    # seq_mean_token_sum_norm divides by the untrimmed length (a bucket's is shorter).
-    max_tokens = loss_cfg.max_tokens or full_t
-    pg, metrics = losses.ppo_clip_loss(
-      logp,
-      old,
-      adv,
-      mask,
-      eps_low=loss_cfg.eps_low,
-      eps_high=loss_cfg.eps_high,
-      dual_clip=loss_cfg.dual_clip,
-      agg=loss_cfg.agg,
-      max_tokens=max_tokens,
-      denom=denom,
-    )
-    kl = losses.aggregate(
-      losses.kl_penalty(logp, ref, loss_cfg.kl),
-      mask,
-      loss_cfg.agg,
-      max_tokens=max_tokens,
-      denom=denom,
-    )
-    total = pg + loss_cfg.kl_coef * kl
-    metrics = dict(
-      metrics,
-      pg_loss=pg,
-      kl=kl,
-      entropy=losses.aggregate(entropy, mask, "token_mean", denom=denom),
-    )
-    return total, metrics
 
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
@@ -458,22 +481,10 @@ def make_train_step(
     return (tokens, mask, old, ref, _flatten(advantages)), denom, adv_metrics
 
   def update(state: TrainState, loss, metrics, grads, adv_metrics, has_tokens):
-    grad_norm = optax.tree.norm(grads)
-    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
-    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-    # A non-finite step changes nothing; the host raises on `finite == 0`. Nor does a
-    # batch without policy tokens (all padding): AdamW's momentum would still move
-    # the parameters on zero gradients.
-    apply = finite & has_tokens
-    keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(apply, a, b), new, old)
+    # Nor does a batch without policy tokens (all padding) change anything: AdamW's
+    # momentum would still move the parameters on zero gradients.
+    new_state, grad_norm, finite, apply = guarded_update(optimizer, state, grads, loss, has_tokens)
     rng = jax.random.key_data(jax.random.split(jax.random.wrap_key_data(state.rng))[0])
-    new_state = TrainState(
-      state.step + apply.astype(jnp.int32),
-      keep(params, state.params),
-      keep(opt_state, state.opt_state),
-      rng,
-    )
     metrics = dict(
       metrics,
       **adv_metrics,
@@ -483,7 +494,7 @@ def make_train_step(
       finite=finite.astype(jnp.float32),
       updated=apply.astype(jnp.float32),
     )
-    return new_state, metrics
+    return new_state._replace(rng=rng), metrics
 
   def step(state: TrainState, batch: Batch, order, on_policy=False, widths=None):
     arrays, denom, adv_metrics = inputs(batch)

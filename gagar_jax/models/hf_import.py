@@ -22,8 +22,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from safetensors import safe_open
 
 from gagar_jax import files
+from gagar_jax import sharding as sharding_lib
 from gagar_jax.errors import InputError
 from gagar_jax.models import transformer
 
@@ -89,7 +91,6 @@ class _Weights:
   """Lazy access to the tensors of a (possibly sharded) safetensors checkpoint."""
 
   def __init__(self, path: str):
-    from safetensors import safe_open
 
     index = os.path.join(path, "model.safetensors.index.json")
     single = os.path.join(path, "model.safetensors")
@@ -195,8 +196,6 @@ def load_params(
   _, state = transformer.abstract(config)
   shardings = None
   if mesh is not None:
-    from gagar_jax import sharding as sharding_lib
-
     shardings = sharding_lib.param_shardings(state, mesh, rules)
   weights = weights if weights is not None else _Weights(path)
   table = _converters(config)

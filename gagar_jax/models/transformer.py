@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from gagar_jax import configlib, sharding
@@ -451,7 +452,6 @@ def stack_legacy_layers(flat: Mapping[str, Any], sep: str = "/") -> dict[str, An
   """Flat parameters (or optimizer moments) named per layer, `.../layers/3/attn/q_proj`
   (the layout written before the blocks were stacked), renamed and stacked into
   `.../layers/attn/q_proj` `[L, ...]`; other names pass through. Host arrays (numpy)."""
-  import numpy as np
 
   out, per_layer = {}, {}
   for name, value in flat.items():

@@ -412,6 +412,7 @@ def _trailing(v: np.ndarray, window: int, reduce) -> np.ndarray:
 
 
 def plot(arms: dict[str, dict[int, dict]], path: str) -> None:
+  # (plotting only: matplotlib is slow to import and needs its Agg backend set first)
   import matplotlib
 
   matplotlib.use("Agg")
