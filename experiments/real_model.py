@@ -57,6 +57,12 @@ _HE_AGENTIC_TASKS = flags.DEFINE_integer(
 _AGENTIC_TASKS = flags.DEFINE_integer("minirepo_tasks", 32, "MiniRepo test tasks per evaluation.")
 _AGENTIC_SAMPLES = flags.DEFINE_integer("agentic_samples", 1, "Samples per agentic task.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of every phase.")
+_SAMPLED = flags.DEFINE_integer(
+  "sampled_instruct",
+  0,
+  "N > 0: a last phase, HumanEval by the instruct protocol at T=0.8 with N samples per "
+  "problem on the published GGUF (pass@1 and pass@N; about 40 minutes for N=10 on 2 cores).",
+)
 
 # Agentic episodes of the real tokenizer: the action grammar's system message and a task
 # take ~350 tokens, six turns of 40 + 64 more.
@@ -174,6 +180,16 @@ def rl(policy: str, workdir: str, log: str) -> str:
   return out
 
 
+def sampled(policy: str, workdir: str, log: str) -> None:
+  folder = os.path.join(workdir, "eval_base", real_model.SAMPLED)
+  if os.path.exists(os.path.join(folder, "eval.json")):
+    return
+  tasks = [f"--tasks={_HE_TASKS.value}"] if _HE_TASKS.value else []
+  args = ["--suite=humaneval", f"--policy={policy}", f"--seed={_SEED.value}", "--mode=instruct"]
+  args += ["--split=all", f"--samples={_SAMPLED.value}", "--temperature=0.8", *tasks]
+  _run(_python("evaluate.py", *args, f"--out={folder}"), log)
+
+
 def export(policy: str, workdir: str, log: str) -> str:
   out = os.path.join(workdir, "hf")
   if not os.path.exists(os.path.join(out, "config.json")):
@@ -186,6 +202,8 @@ def run() -> dict:
   for name in ("sft_steps", "rl_steps", "minirepo_tasks", "agentic_samples"):
     if flags.FLAGS[name].value < 1:
       raise ConfigError(name, f"must be >= 1, got {flags.FLAGS[name].value}")
+  if _SAMPLED.value < 0:
+    raise ConfigError("sampled_instruct", f"must be >= 0, got {_SAMPLED.value}")
   if _GGUF.value and not os.path.isfile(_GGUF.value):
     raise ConfigError("gguf", f"{_GGUF.value!r} is not a file")
   os.makedirs(workdir, exist_ok=True)
@@ -220,6 +238,8 @@ def run() -> dict:
     "eval_rl": lambda: evaluations(paths["rl"], os.path.join(workdir, "eval_rl"), log),
     "export": lambda: export(paths["rl"], workdir, log),
   }
+  if _SAMPLED.value:
+    steps["sampled"] = lambda: sampled(paths["gguf"], workdir, log)
   paths["gguf"] = phase("fetch", steps["fetch"])
   phase("eval_base", steps["eval_base"])
   paths["sft"] = phase("sft", steps["sft"])
@@ -227,6 +247,8 @@ def run() -> dict:
   paths["rl"] = phase("rl", steps["rl"])
   phase("eval_rl", steps["eval_rl"])
   phase("export", steps["export"])
+  if _SAMPLED.value:
+    phase("sampled", steps["sampled"])
   report = real_model.write(workdir, phases, record=_RECORD.value)
   print(f"[real-model] done: {report}", flush=True)
   return phases

@@ -65,7 +65,10 @@ EVALS = {
   "minirepo": "MiniRepo, test tasks (T=1, pass@1)",
 }
 STAGES = {"eval_base": "published GGUF", "eval_sft": "after SFT", "eval_rl": "after SFT + GAGAR"}
-PHASE_NAMES = ("fetch", "eval_base", "sft", "eval_sft", "rl", "eval_rl", "export")
+# The optional last phase (`--sampled_instruct=N`): HumanEval by the instruct protocol at
+# T=0.8, N samples per problem, of the published GGUF (in eval_base/<SAMPLED>).
+SAMPLED = "humaneval_instruct_t08"
+PHASE_NAMES = ("fetch", "eval_base", "sft", "eval_sft", "rl", "eval_rl", "export", "sampled")
 
 
 def _eval(workdir: str, stage: str, name: str) -> dict | None:
@@ -104,6 +107,15 @@ def table(workdir: str) -> list[str]:
         cell += f" (pass@2 {e['pass@2']:.3f})"
       cells.append(cell + f" [{e['tasks']} tasks x {e['samples']}]")
     lines.append(f"| {title} | " + " | ".join(cells) + " |")
+  e = _eval(workdir, "eval_base", SAMPLED)
+  if e is not None:
+    k = e["samples"]
+    cell = (
+      f"pass@1 {e['pass@1']:.3f} ± {e['pass@1_se']:.3f}, pass@{k} {e[f'pass@{k}']:.3f} ± "
+      f"{e[f'pass@{k}_se']:.3f} [{e['tasks']} tasks x {k}]"
+    )
+    cells = [cell] + ["not run"] * (len(STAGES) - 1)
+    lines.append("| HumanEval, instruct protocol (T=0.8) | " + " | ".join(cells) + " |")
   return lines
 
 
@@ -243,7 +255,7 @@ RECORD_FILES = (
 def copy_records(workdir: str, record: str) -> None:
   names = list(RECORD_FILES)
   for stage in STAGES:
-    for name in EVALS:
+    for name in (*EVALS, SAMPLED):
       names.append(f"{stage}/{name}/eval.json")
       names.append(f"{stage}/{name}/eval.md")
   for name in names:

@@ -55,6 +55,8 @@ def test_report_tables_every_evaluation_and_records_only_compact_files(tmp_path)
       if stage == "eval_rl" and name == "minirepo":
         continue  # a phase that did not run shows as such
       _eval(work / stage / name, v + i / 1000, 0.01, 32, samples=2, **{"pass@2": v})
+  sampled = {"pass@10": 0.083, "pass@10_se": 0.058}  # the optional T=0.8 phase's evaluation
+  _eval(work / "eval_base" / real_model.SAMPLED, 0.033, 0.029, 164, samples=10, **sampled)
   (work / "eval_base" / "humaneval_instruct" / "samples.jsonl").write_text(
     json.dumps({"task_id": "HumanEval/0", "program": "def f():\n    return 42"}) + "\n"
   )
@@ -79,7 +81,11 @@ def test_report_tables_every_evaluation_and_records_only_compact_files(tmp_path)
   assert "0.251 ± 0.010" in text and "0.302 ± 0.010" in text
   minirepo = next(x for x in text.splitlines() if x.startswith("| MiniRepo"))
   assert minirepo.endswith("[32 tasks x 2] | not run |")
-  assert "| all | 28.0 |" in text  # 1 + 2 + ... + 7 minutes
+  assert "| all | 36.0 |" in text  # 1 + 2 + ... + 8 minutes
+  assert (
+    "| HumanEval, instruct protocol (T=0.8) | pass@1 0.033 ± 0.029, pass@10 0.083 ± 0.058 "
+    "[164 tasks x 10] | not run | not run |"
+  ) in text
   # 0.05 -> 0.251 of 32 tasks: tasks 2..8 went from failing to passing, none the other way.
   assert "| published GGUF -> after SFT | +0.219 ± 0.074 | 7 / 0 of 32 |" in text
   assert "3 steps; mean pass rate of the sampled groups 0.200" in text
@@ -87,6 +93,7 @@ def test_report_tables_every_evaluation_and_records_only_compact_files(tmp_path)
   assert os.path.getsize(work / "real_model.png") > 10_000
   kept = sorted(str(p.relative_to(record)) for p in record.rglob("*") if p.is_file())
   assert "sft/run/metrics.jsonl" in kept and "eval_sft/minirepo/eval.json" in kept
+  assert f"eval_base/{real_model.SAMPLED}/eval.json" in kept
   assert not any("checkpoints" in k or k.endswith("samples.jsonl") for k in kept)
   summary = open(str(record) + ".md").read()
   assert "](real_model/real_model.png)" in summary and "](real_model.png)" in text
