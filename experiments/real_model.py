@@ -24,9 +24,10 @@ their own checkpoints):
    and episode before and after); with `--record`, the compact records (configs,
    summaries, metrics JSONL, eval.json files, the report) copied there.
 
-Measured on 2 CPU cores (2026-12-07): each evaluation phase about 30 minutes (the 164-problem
-HumanEval instruct run is two thirds of it), SFT 23, RL about 15: some two and a quarter
-hours in all. The flags change the sizes.
+Measured on 2 CPU cores (2026-12-07), each phase with the machine to itself: an
+evaluation phase about 13 minutes (the 164-problem HumanEval instruct run is 9 of them),
+SFT 19.5, RL 7: about 67 minutes in all. `--sampled_instruct=10` adds a phase of about 40
+minutes. The flags change the sizes.
 """
 
 from __future__ import annotations
