@@ -26,8 +26,8 @@ their own checkpoints):
 
 Measured on 2 CPU cores (2026-12-07), each phase with the machine to itself: an
 evaluation phase about 13 minutes (the 164-problem HumanEval instruct run is 9 of them),
-SFT 19.5, RL 7: about 67 minutes in all. `--sampled_instruct=10` adds a phase of about 40
-minutes. The flags change the sizes.
+SFT 19.5, RL 7: about 67 minutes in all. `--sampled_instruct=10` adds a phase of about 90
+minutes (ten times the greedy run's 164 answers). The flags change the sizes.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ _SAMPLED = flags.DEFINE_integer(
   "sampled_instruct",
   0,
   "N > 0: a last phase, HumanEval by the instruct protocol at T=0.8 with N samples per "
-  "problem on the published GGUF (pass@1 and pass@N; about 40 minutes for N=10 on 2 cores).",
+  "problem on the published GGUF (pass@1 and pass@N; about 9 minutes per sample on 2 cores).",
 )
 
 # Agentic episodes of the real tokenizer: the action grammar's system message and a task
