@@ -12,7 +12,7 @@ import os
 from absl import flags, logging
 from ml_collections import config_flags
 
-from gagar_jax import cli, policy_io, sft, sharding
+from gagar_jax import cli, policy_io, sft, sharding, skeleton
 from gagar_jax import workdir as workdir_lib
 from gagar_jax.errors import InputError
 from gagar_jax.learner.checkpoint import Checkpointer
@@ -27,7 +27,7 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
   config, workdir = _CONFIG.value, _WORKDIR.value
-  workdir_lib.check_output_folder(_OUT.value, "out", keeps=sft.POLICY_FILES)
+  workdir_lib.check_output_folder(_OUT.value, "out", keeps=skeleton.POLICY_FILES)
   tok = tokenizers.HFTokenizer.from_file(os.path.join(workdir, "tokenizer"))
   model_config = transformer.ModelConfig.from_dict({**config.model, "vocab_size": tok.vocab_size})
   mesh = sharding.make_mesh(config.mesh)

@@ -152,8 +152,6 @@ def encode_demos(
   return np.stack(rows), np.stack(weights), dropped
 
 
-POLICY_FILES = skeleton.POLICY_FILES
-
 # SFT batches are cut to a multiple of this many positions (`SFTTrainer.step`).
 LENGTH_BUCKET = 256
 

@@ -314,7 +314,7 @@ def test_sharded_step_equals_single_device(devices8, mesh1):
     batch = batch._replace(old_logprobs=batch.old_logprobs - 0.05)
     device_batch = learner.shard_batch(batch)
     advantages = jax.jit(
-      lambda b, learner=learner: step_lib.compute_advantages(b, learner.config.advantage).new
+      lambda b, learner=learner: step_lib.compute_advantages(b.groups, learner.config.advantage).new
     )(device_batch)
     state, metrics = learner.step(state, device_batch)
     q = state.params["layers"]["attn"]["q_proj"].get_value()

@@ -144,13 +144,11 @@ class Advantages(NamedTuple):
 
 
 def compute_advantages(groups: Groups, cfg: AdvantageConfig) -> Advantages:
-  """Group advantages, then redistribution (`groups`: a `Groups`, or a `Batch`).
+  """Group advantages, then redistribution (`groups`: a batch's `Groups`).
 
   `cfg.mode = "tiered"`: the paper's protocol (`advantages.tiered_advantages`: hacks reset,
   r - mean(r), tier factors, capped rescale, re-centred), with lambda and the capped share
   in the metrics."""
-  if isinstance(groups, Batch):
-    groups = groups.groups
   if cfg.mode == "tiered":
     b = groups.with_grade_defaults()
     base = adv_lib.group_advantages(b.rewards, b.valid, estimator="drgrpo")
