@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
+from concurrent import futures
 from typing import NamedTuple
 
 import jax
@@ -59,6 +60,12 @@ class RolloutConfig:
   # The system message: auto (the action grammar unless the tokenizer has the
   # end-of-action token, i.e. the project's policies), grammar, or none.
   system_prompt: str = "auto"
+  # The groups of a round run as this many batches on concurrent threads: while one
+  # batch's actions run in the tools, another decodes. Every row samples from its own
+  # random stream, so the episodes are the same whatever the split. 0: 2 on a CPU
+  # backend whose sampling mesh is one device (a small model's decode step leaves the
+  # second core idle: results/performance.md, section 16), else 1.
+  concurrent_batches: int = 0
 
   def __post_init__(self):
     check_positive_ints(
@@ -74,6 +81,11 @@ class RolloutConfig:
     )
     check(self.decode_chunk >= 0, "decode_chunk", f"must be >= 0, got {self.decode_chunk}")
     check(self.append_chunk >= 0, "append_chunk", f"must be >= 0, got {self.append_chunk}")
+    check(
+      self.concurrent_batches >= 0,
+      "concurrent_batches",
+      f"must be >= 0, got {self.concurrent_batches}",
+    )
     check(self.temperature >= 0, "temperature", f"must be >= 0, got {self.temperature}")
     check(
       self.system_prompt in transcript.SYSTEM_MODES,
@@ -108,6 +120,12 @@ class Trajectory:
   def reward(self) -> float:
     return float(self.passed)
 
+  def add(self, ids: list[int], logprobs: list[float] | None = None) -> None:
+    """Appends tokens: sampled by the policy (with their log-probs) or not (None)."""
+    self.tokens += ids
+    self.mask += [logprobs is not None] * len(ids)
+    self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
+
 
 class RolloutEngine:
   """Runs groups of episodes of one policy on tasks of any suite (envs/task.py)."""
@@ -127,6 +145,10 @@ class RolloutEngine:
     self.tok = tokenizer
     self.pool = pool
     self.format = agent_format(tokenizer, config)
+    single = mesh is None or mesh.size == 1
+    self.batches = config.concurrent_batches or (
+      2 if jax.default_backend() == "cpu" and single else 1
+    )
     self.sampler = sampler_lib.Sampler(
       model_config,
       graphdef,
@@ -149,27 +171,29 @@ class RolloutEngine:
 
   def run(self, params, tasks: Sequence, key: jax.Array) -> list[list[Trajectory]]:
     """G episodes for each task; returns groups in task order."""
+    parts = min(self.batches, len(tasks))
+    if parts <= 1:
+      return self._run_batch(params, tasks, key, 0)
+    bounds = np.linspace(0, len(tasks), parts + 1).round().astype(int)
+    with futures.ThreadPoolExecutor(parts, thread_name_prefix="rollout") as threads:
+      jobs = [
+        threads.submit(self._run_batch, params, tasks[a:b], key, a)
+        for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+      ]
+      return [group for job in jobs for group in job.result()]
+
+  def _run_batch(self, params, tasks, key, first: int) -> list[list[Trajectory]]:
+    """The episodes of `tasks` (groups `first`, `first + 1`, ...) as one sampling batch."""
     c, g = self.config, self.config.group_size
     episodes = [
       tools.Episode(t, max_turns=c.max_turns, pool=self.pool) for t in tasks for _ in range(g)
     ]
     trajs = [
-      Trajectory(ep.task, i // g, i % g, [], [], [], ep.turns, ep.files)
+      Trajectory(ep.task, first + i // g, i % g, [], [], [], ep.turns, ep.files)
       for i, ep in enumerate(episodes)
     ]
-    prompts, too_long = [], set()
-    for i, (traj, ep) in enumerate(zip(trajs, episodes, strict=True)):
-      ids = self.format.prompt_ids(ep.prompt())
-      if len(ids) + c.max_action_tokens > c.max_episode_tokens:
-        # No room to act: the episode fails without a token (no policy tokens to train on).
-        ep.done, traj.finish, traj.status = True, "prompt", "prompt_too_long"
-        too_long.add(i)
-        prompts.append([self.tok.pad_id])
-        continue
-      prompts.append(ids)
-      traj.tokens += ids
-      traj.mask += [False] * len(ids)
-      traj.logprobs += [0.0] * len(ids)
+    row_ids = first * g + np.arange(len(episodes))  # each episode's random stream
+    prompts = [self._start(traj, ep) for traj, ep in zip(trajs, episodes, strict=True)]
     state = self.sampler.prefill(params, prompts)
     lengths = np.array([len(p) for p in prompts])
     evaluations = {}
@@ -187,7 +211,13 @@ class RolloutEngine:
       if not active.any():
         break
       state, out = self.sampler.generate(
-        params, state, jax.random.fold_in(key, turn), self.sampling, active, self.stop_strings
+        params,
+        state,
+        jax.random.fold_in(key, turn),
+        self.sampling,
+        active,
+        self.stop_strings,
+        row_ids=row_ids,
       )
       tokens, logps, counts = jax.device_get((out.tokens, out.logprobs, out.num_tokens))
       lengths += counts
@@ -196,9 +226,7 @@ class RolloutEngine:
       for i in rows:
         n = int(counts[i])
         ids = tokens[i, :n].tolist()
-        trajs[i].tokens += ids
-        trajs[i].mask += [True] * n
-        trajs[i].logprobs += logps[i, :n].tolist()
+        trajs[i].add(ids, logps[i, :n].tolist())
         actions[i] = self.format.action_text(ids)
         ended_turn[i] = bool(ids) and ids[-1] == self.format.end_of_turn
       # Tools: views and edits are instant; `test` runs in the sandbox, in parallel.
@@ -219,13 +247,11 @@ class RolloutEngine:
           continue
         appended[i] = obs
         lengths[i] += len(obs)
-        trajs[i].tokens += obs
-        trajs[i].mask += [False] * len(obs)
-        trajs[i].logprobs += [0.0] * len(obs)
+        trajs[i].add(obs)
       if any(appended):
         state = self.sampler.append(params, state, appended)
     for i, ep in enumerate(episodes):
-      if i not in evaluations and i not in too_long:
+      if i not in evaluations and trajs[i].finish != "prompt":
         ep.done = True
         finish(i, "turns")
     for i, future in evaluations.items():
@@ -233,6 +259,17 @@ class RolloutEngine:
       trajs[i].passed, trajs[i].status = result.passed, result.status
       trajs[i].signals = signals  # quality signals where the suite has them (else None)
     return [trajs[k * g : (k + 1) * g] for k in range(len(tasks))]
+
+  def _start(self, traj: Trajectory, ep) -> list[int]:
+    """The episode's prompt ids (what its row of the batch is prefilled with). An episode
+    whose prompt leaves no room to act fails at once, without a token to train on."""
+    c = self.config
+    ids = self.format.prompt_ids(ep.prompt())
+    if len(ids) + c.max_action_tokens > c.max_episode_tokens:
+      ep.done, traj.finish, traj.status = True, "prompt", "prompt_too_long"
+      return [self.tok.pad_id]
+    traj.add(ids)
+    return ids
 
   def collect(
     self,

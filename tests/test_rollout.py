@@ -1,5 +1,7 @@
 """Rollouts on real MiniRepo tasks: masks, log-probs vs the learner, dynamic sampling."""
 
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
@@ -70,6 +72,32 @@ def test_rollout_masks_and_logprobs_match_learner(setup, pool):
   diff = np.abs(np.where(batch.mask, recomputed - batch.logprobs, 0.0)).max()
   assert diff < 1e-4, diff
   assert batch.mask.sum() == sum(sum(t.mask) for g in groups for t in g)
+
+
+def test_concurrent_batches_run_the_same_episodes(setup, pool):
+  # Groups split over two threads' batches sample exactly what one batch samples: each
+  # episode draws from its own random stream.
+  tok, config, learner, state = setup
+  cfg = rollout.RolloutConfig(
+    group_size=2, max_turns=2, max_action_tokens=16, max_obs_tokens=32, concurrent_batches=1
+  )
+  tasks = [minirepo.generate_task(700 + i) for i in range(3)]
+  runs = []
+  for batches in (1, 2):
+    engine = rollout.RolloutEngine(
+      dataclasses.replace(cfg, concurrent_batches=batches), config, learner.graphdef, tok, pool
+    )
+    assert engine.batches == batches
+    runs.append(engine.run(state.params, tasks, jax.random.key(4)))
+  one, two = ([t for g in groups for t in g] for groups in runs)
+  assert [(t.group, t.index) for t in two] == [(i // 2, i % 2) for i in range(6)]
+  assert len({tuple(t.tokens) for t in one}) > 3  # the episodes differ from one another
+  for a, b in zip(one, two, strict=True):
+    assert a.task is b.task and (a.tokens, a.mask, a.finish) == (b.tokens, b.mask, b.finish)
+    np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
+  # By default a CPU backend runs two batches.
+  auto = rollout.RolloutEngine(rollout.RolloutConfig(), config, learner.graphdef, tok, pool)
+  assert auto.batches == (2 if jax.default_backend() == "cpu" else 1)
 
 
 def tools_prompt(task):

@@ -64,6 +64,30 @@ def test_temperature_sampling_is_reproducible_and_key_dependent(sampler, nano_mo
   assert not np.array_equal(np.asarray(a.tokens), np.asarray(c.tokens))
 
 
+def test_sampled_tokens_do_not_depend_on_the_batch(nano_config, nano_model):
+  # Each row draws from its own stream (key, row id, token index): alone, in a batch,
+  # or compacted into smaller batches between chunks, a row samples the same tokens.
+  graphdef, params = nano_model
+  prompts = PROMPTS + [[9, 8, 7], [33] * 5, [2, 4, 6, 8], [70, 71, 72]]
+  sampling = sampler_lib.SamplingParams(max_new_tokens=16, temperature=1.0, eos_id=3)
+  key = jax.random.key(11)
+  plain = sampler_lib.Sampler(nano_config, graphdef, cache_size=64, pad_id=0)
+  chunked = sampler_lib.Sampler(nano_config, graphdef, cache_size=64, pad_id=0, decode_chunk=3)
+  _, ref = _generate(plain, params, prompts, key, sampling)
+  _, out = _generate(chunked, params, prompts, key, sampling)
+  counts = np.asarray(ref.num_tokens)
+  assert len(set(counts.tolist())) > 1  # rows stop at different times: compaction happens
+  for a, b in ((ref.tokens, out.tokens), (ref.num_tokens, out.num_tokens)):
+    np.testing.assert_array_equal(a, b)
+  np.testing.assert_allclose(ref.logprobs, out.logprobs, atol=1e-5)
+  for s in (plain, chunked):
+    state = s.prefill(params, prompts[5:6])
+    _, alone = s.generate(params, state, key, sampling, row_ids=[5])
+    np.testing.assert_array_equal(alone.tokens[0], ref.tokens[5])
+  _, other = plain.generate(params, plain.prefill(params, prompts[5:6]), key, sampling, row_ids=[4])
+  assert not np.array_equal(np.asarray(other.tokens[0]), np.asarray(ref.tokens[5]))
+
+
 def test_top_k_one_and_tiny_top_p_are_greedy(sampler, nano_model):
   _, params = nano_model
   greedy = sampler_lib.SamplingParams(max_new_tokens=12, temperature=0.0)

@@ -15,6 +15,10 @@ offsets that make mixed-length prompts work make appends to mixed-length
 conversations work for free. Re-prefilling stays available: `prefill` on a
 fresh state with the full transcript gives the same result (a test checks it).
 
+Randomness: row `r`'s `j`-th new token of a `generate` call is drawn with
+`fold_in(fold_in(key, row_ids[r]), j)`, so what a row samples does not depend on the
+batch it shares (which rows, how many, how they are compacted or split across threads).
+
 Log-probs: `logprobs[b, t]` is log p(token) under the distribution the token
 was drawn from before top-k / top-p truncation, i.e. `log_softmax(logits / T)`
 (`T = 1` for greedy). The learner recomputes the same quantity from logits.
@@ -147,7 +151,8 @@ class StopStrings(NamedTuple):
 
 
 def sample_logits(logits: jax.Array, key: jax.Array, params: SamplingParams):
-  """Draws one token per row from float32 `logits [B, V]`.
+  """Draws one token per row from float32 `logits [B, V]`; `key` is one key for the
+  batch, or a key per row (`[B]`: each row's draw then depends on its key alone).
 
   Returns:
     tokens int32 `[B]` and their log-probs float32 `[B]` under `log_softmax(logits / T)`.
@@ -177,7 +182,10 @@ def sample_logits(logits: jax.Array, key: jax.Array, params: SamplingParams):
         .set(keep_sorted)
       )
       filtered = jnp.where(keep, filtered, neg_inf)
-    tokens = jax.random.categorical(key, filtered, axis=-1)
+    if key.ndim:  # a key per row
+      tokens = jax.vmap(lambda k, row: jax.random.categorical(k, row))(key, filtered)
+    else:
+      tokens = jax.random.categorical(key, filtered, axis=-1)
   tokens = tokens.astype(jnp.int32)
   token_logp = jnp.take_along_axis(logp, tokens[:, None], axis=-1)[:, 0]
   return tokens, token_logp
@@ -208,10 +216,17 @@ def _forward_chunk(graphdef, params, state: SamplerState, tokens, counts, attend
   return SamplerState(cache, state.lengths + counts, logits)
 
 
+def token_keys(key: jax.Array, row_ids: jax.Array, j) -> jax.Array:
+  """The key of each row's `j`-th new token in a `generate` call: `[B]`."""
+  return jax.vmap(lambda r: jax.random.fold_in(jax.random.fold_in(key, r), j))(row_ids)
+
+
 class DecodeCarry(NamedTuple):
   """What a decode loop hands the next one when generation goes on in chunks."""
 
-  key: jax.Array
+  key: jax.Array  # the call's key
+  rows: jax.Array  # int32 [B]: each row's id (`token_keys`)
+  drawn: jax.Array  # int32 []: tokens drawn so far in this call
   window: jax.Array  # int32 [B, W]: the last tokens, for stop-sequence matching
   done: jax.Array  # bool [B]
   reason: jax.Array  # int32 [B]
@@ -225,11 +240,15 @@ def _decode(
   params_s: SamplingParams,
   pad_id: int,
   active,
+  row_ids,
   carry_in: DecodeCarry | None = None,
   attend: int | None = None,
   split_layers: bool = False,
 ):
   """The jitted decode loop (lax.while_loop; stops early when every row is done).
+
+  `row_ids` (int32 `[B]`): whose random stream each row draws from (see the module
+  docstring); ignored with `carry_in`, which carries them.
 
   `split_layers` (static): slice the blocks' weights out of their stack once, before the
   loop, and run the layers as a Python loop over them (see `Sampler`).
@@ -237,7 +256,7 @@ def _decode(
   `attend` (static): attention reads only the first `attend` cache slots; every row
   that generates must end within them (`Sampler.attend_bound`).
 
-  With `carry_in` (from a previous chunk) it continues that chunk's key sequence,
+  With `carry_in` (from a previous chunk) it continues that chunk's random streams,
   stop-sequence window and per-row state; `active` is then ignored. Returns
   (state, SampleOutput, DecodeCarry)."""
   b = state.lengths.shape[0]
@@ -249,13 +268,12 @@ def _decode(
   layers = nnx.merge(graphdef, params).split_layers() if split_layers else None
 
   def cond(carry):
-    step, _, _, _, _, _, done, _, _ = carry
+    step, _, _, _, _, done, _, _ = carry
     return (step < n) & ~jnp.all(done)
 
   def body(carry):
-    step, st, key, tokens, logps, window, done, reason, count = carry
-    key, sub = jax.random.split(key)
-    tok, lp = sample_logits(st.last_logits, sub, params_s)
+    step, st, tokens, logps, window, done, reason, count = carry
+    tok, lp = sample_logits(st.last_logits, token_keys(key, rows, drawn + step), params_s)
     alive = ~done
     tok = jnp.where(alive, tok, pad_id)
     lp = jnp.where(alive, lp, 0.0)
@@ -280,7 +298,7 @@ def _decode(
     new_reason = jnp.where(full & ~hit_eos & ~hit_stop, FINISH_CACHE_FULL, new_reason)
     done = done | hit_eos | hit_stop | full
     count = count + alive.astype(jnp.int32)
-    return step + 1, st, key, tokens, logps, window, done, new_reason, count
+    return step + 1, st, tokens, logps, window, done, new_reason, count
 
   tokens = jnp.full((b, n), pad_id, jnp.int32)
   logps = jnp.zeros((b, n), jnp.float32)
@@ -290,17 +308,18 @@ def _decode(
     reason = jnp.where(state.lengths >= cache_size, FINISH_CACHE_FULL, FINISH_LENGTH).astype(
       jnp.int32
     )
+    rows, drawn = row_ids, jnp.int32(0)
   else:
-    key, window, done, reason = carry_in
+    key, rows, drawn, window, done, reason = carry_in
   count = jnp.zeros((b,), jnp.int32)
-  carry = (jnp.int32(0), state, key, tokens, logps, window, done, reason, count)
-  _, state, key, tokens, logps, window, done, reason, count = jax.lax.while_loop(cond, body, carry)
+  carry = (jnp.int32(0), state, tokens, logps, window, done, reason, count)
+  steps, state, tokens, logps, window, done, reason, count = jax.lax.while_loop(cond, body, carry)
   # Rows generate at consecutive steps from step 0 until they stop.
   mask = jnp.arange(n)[None, :] < count[:, None]
   return (
     state,
     SampleOutput(tokens, logps, mask, count, reason),
-    DecodeCarry(key, window, done, reason),
+    DecodeCarry(key, rows, drawn + steps, window, done, reason),
   )
 
 
@@ -331,8 +350,8 @@ class Sampler:
   chunks, moves the rows still generating into a smaller batch (a power of two times
   the batch shards, at most half the current one). A decode step's cost grows with
   the rows it carries (each attends over its whole cache), and in agent turns a few
-  long actions would otherwise keep every finished row in the loop. Greedy output is
-  unchanged; sampled tokens depend on the batch layout (the noise is drawn per batch).
+  long actions would otherwise keep every finished row in the loop. The output is
+  unchanged, sampled or greedy: each row draws from its own stream (`row_ids`).
   With `append_chunk=k > 0`, `append` runs new tokens in pieces of k over only the rows
   that still hold tokens (observations of a few tokens beside one of 77 no longer pad
   every row to 128). `prefill` runs each distinct prompt once when they are at most half
@@ -378,6 +397,7 @@ class Sampler:
     self.min_bucket = min_bucket
     self._config = config
     self._mesh, self._rules = mesh, rules
+    self._one_device = {}  # ndim -> the row sharding on a one-device mesh
     state_out = output_out = None
     if mesh is not None:
       # Rows over the batch axes, kv heads over the tensor axis; the layout is pinned
@@ -394,16 +414,18 @@ class Sampler:
     )
     carry_out = None
     if mesh is not None:
-      carry_out = DecodeCarry(NamedSharding(mesh, jax.sharding.PartitionSpec()), rows2, rows, rows)
+      whole = NamedSharding(mesh, jax.sharding.PartitionSpec())
+      carry_out = DecodeCarry(whole, rows, whole, rows2, rows, rows)
     if split_layers is None:
       split_layers = jax.default_backend() == "cpu"
     self.split_layers = bool(split_layers)
     self._decode = jax.jit(
       functools.partial(_decode, graphdef, split_layers=self.split_layers),
-      static_argnums=(3, 4, 7),
+      static_argnums=(3, 4, 8),
       donate_argnums=(1,),
       out_shardings=None if mesh is None else (state_out, output_out, carry_out),
     )
+    self._zeros = jax.jit(self._empty, static_argnums=0, out_shardings=state_out)
     self._take = jax.jit(_take_rows, out_shardings=state_out)
     self._put = jax.jit(_put_rows, donate_argnums=(0,), out_shardings=state_out)
 
@@ -417,18 +439,16 @@ class Sampler:
 
   def init_state(self, batch: int) -> SamplerState:
     """An empty batch of conversations (laid out over the mesh, if one was given)."""
+    if self._mesh is not None:
+      self._check_batch(batch)
+    return self._zeros(batch)
 
-    def zeros():
-      return SamplerState(
-        transformer.init_cache(self._config, batch, self.cache_size),
-        jnp.zeros((batch,), jnp.int32),
-        jnp.zeros((batch, self._config.vocab_size), jnp.float32),
-      )
-
-    if self._mesh is None:
-      return zeros()
-    self._check_batch(batch)
-    return jax.jit(zeros, out_shardings=self._state_shardings())()
+  def _empty(self, batch: int) -> SamplerState:
+    return SamplerState(
+      transformer.init_cache(self._config, batch, self.cache_size),
+      jnp.zeros((batch,), jnp.int32),
+      jnp.zeros((batch, self._config.vocab_size), jnp.float32),
+    )
 
   def attend_bound(self, needed: int) -> int:
     """The static attention bound for work that fills slots below `needed`: the next power
@@ -458,9 +478,7 @@ class Sampler:
     for i, s in enumerate(seqs):
       tokens[i, : len(s)] = s
     counts = np.asarray([len(s) for s in seqs], np.int32)
-    if self._mesh is not None:
-      return sharding_lib.shard_batch((tokens, counts), self._mesh, self._rules)
-    return jnp.asarray(tokens), jnp.asarray(counts)
+    return self._shard(tokens), self._shard(counts)
 
   def append(self, params, state: SamplerState, seqs: Sequence[Sequence[int]]) -> SamplerState:
     """Runs each row's new tokens (possibly none) through the model into the cache.
@@ -537,29 +555,35 @@ class Sampler:
     sampling: SamplingParams,
     active=None,
     stop_strings: StopStrings | None = None,
+    row_ids=None,
   ) -> tuple[SamplerState, SampleOutput]:
     """Samples up to `sampling.max_new_tokens` per row; the state is donated.
 
     `active` (bool `[B]`, default all): rows that are False generate nothing and keep
     their cache (finished conversations in a batch that goes on). `stop_strings`: text
     that ends a row (see `StopStrings`); the output and cache end at its last token.
+    `row_ids` (int `[B]`, default `arange(B)`): each row's random stream (module
+    docstring): a row with the same id, key and history samples the same tokens in any
+    batch.
     """
     batch = state.lengths.shape[0]
     if active is None:
       active = np.ones((batch,), bool)
     active = np.asarray(active, bool)
+    row_ids = np.arange(batch, dtype=np.int32) if row_ids is None else np.asarray(row_ids, np.int32)
     # Every generating row ends within its length + max_new_tokens slots.
     lengths = np.asarray(jax.device_get(state.lengths))
     longest = int(lengths[active].max()) if active.any() else 0
     attend = self.attend_bound(longest + sampling.max_new_tokens)
     if self.decode_chunk and sampling.max_new_tokens > self.decode_chunk:
       state, out = self._generate_compacting(
-        params, state, key, sampling, active, stop_strings, attend
+        params, state, key, sampling, active, row_ids, stop_strings, attend
       )
     else:
-      if self._mesh is not None:
-        active = sharding_lib.shard_batch(active, self._mesh, self._rules)
-      state, out, _ = self._decode(params, state, key, sampling, self.pad_id, active, None, attend)
+      active, ids = self._shard(active), self._shard(row_ids)
+      state, out, _ = self._decode(
+        params, state, key, sampling, self.pad_id, active, ids, None, attend
+      )
     if stop_strings is not None and stop_strings.strings:
       state, out = self._cut_at_stop_strings(params, state, out, stop_strings)
     return state, out
@@ -587,7 +611,7 @@ class Sampler:
     mask = np.arange(tokens.shape[1])[None, :] < counts[:, None]
     return state, SampleOutput(tokens, logps, mask, counts, reasons)
 
-  def _generate_compacting(self, params, state, key, sampling, active, stop=None, attend=None):
+  def _generate_compacting(self, params, state, key, sampling, active, ids, stop, attend):
     """`generate` in chunks of `decode_chunk` tokens, dropping finished rows between them."""
     batch, n = state.lengths.shape[0], sampling.max_new_tokens
     tokens = np.full((batch, n), self.pad_id, np.int32)
@@ -609,6 +633,8 @@ class Sampler:
       width = _stop_table(sampling.stop_sequences).shape[1]
       carry = DecodeCarry(
         key,
+        self._shard(ids[pick]),
+        jnp.int32(0),
         self._shard(np.full((size, width), -2, np.int32)),
         self._shard(~real | full_cache[pick]),
         self._shard(reasons[pick]),
@@ -622,7 +648,10 @@ class Sampler:
       # ~250 tokens with 384 to go read 512 slots, not the 1024 the whole call needs).
       reach = int((lengths + counts)[going].max()) if going.any() else 0
       bound = min(attend, self.attend_bound(reach + chunk.max_new_tokens))
-      part, out, carry = self._decode(params, part, key, chunk, self.pad_id, flags, carry, bound)
+      row_ids = carry.rows if carry is not None else self._shard(ids)  # (ignored with a carry)
+      part, out, carry = self._decode(
+        params, part, key, chunk, self.pad_id, flags, row_ids, carry, bound
+      )
       got, lp, cnt, why, done = jax.device_get(
         (out.tokens, out.logprobs, out.num_tokens, out.finish_reason, carry.done)
       )
@@ -661,6 +690,8 @@ class Sampler:
       window, why = jax.device_get((carry.window, carry.reason))
       carry = DecodeCarry(
         carry.key,
+        self._shard(ids[np.minimum(rows, batch - 1)]),
+        carry.drawn,
         self._shard(window[pick]),
         self._shard(rows >= batch),
         self._shard(why[pick]),
@@ -674,6 +705,10 @@ class Sampler:
     x = np.asarray(x)
     if self._mesh is None:
       return jnp.asarray(x)
+    if self._mesh.size == 1:  # (a plain transfer: this runs several times per decode chunk)
+      if x.ndim not in self._one_device:
+        self._one_device[x.ndim] = sharding_lib.batch_sharding(self._mesh, self._rules, x.ndim)
+      return jax.device_put(x, self._one_device[x.ndim])
     return sharding_lib.shard_batch(x, self._mesh, self._rules)
 
 
@@ -687,9 +722,8 @@ def _naive_decode(graphdef, params, tokens, lengths, key, params_s: SamplingPara
 
   def body(step, carry):
     tokens, lengths, key, out, logps, done, count = carry
-    key, sub = jax.random.split(key)
     logits = model(tokens)[rows, lengths - 1]
-    tok, lp = sample_logits(logits, sub, params_s)
+    tok, lp = sample_logits(logits, token_keys(key, rows, step), params_s)
     alive = ~done
     tok = jnp.where(alive, tok, pad_id)
     out = out.at[:, step].set(tok)
