@@ -80,18 +80,12 @@ def hack_tasks(tasks, every: int):
   return [demos.weak_variant(t) if every and k % every == 0 else t for k, t in enumerate(tasks)]
 
 
-def run(config, workdir: str, export: str = "") -> dict:
+def _demonstrations(config):
+  """The grader's training demonstrations, its held-out groups, and the (prompt, turns)
+  pairs SFT trains on (built into `data_dir` by the policy named in `grader_data` first)."""
   # (tensorflow_datasets takes seconds to import: only where data is read or built)
   from gagar_jax.data import pipeline
 
-  start = time.time()
-  sft.parse_config(config)  # before any compute
-  check(
-    config.agent.max_total_tokens <= config.context,
-    "agent.max_total_tokens",
-    f"{config.agent.max_total_tokens} exceeds the grader's context={config.context}",
-  )
-  skeleton.begin(config, workdir, "grader_sft", export=export)  # the whole config is valid
   print(
     f"[grader] building/reading grader demonstrations in {config.data_dir} "
     f"(groups sampled by {config.grader_data.policy_dir})",
@@ -106,6 +100,19 @@ def run(config, workdir: str, export: str = "") -> dict:
     f"groups), {len(held_out)} held-out groups",
     flush=True,
   )
+  return train, held_out, pairs
+
+
+def run(config, workdir: str, export: str = "") -> dict:
+  start = time.time()
+  sft.parse_config(config)  # before any compute
+  check(
+    config.agent.max_total_tokens <= config.context,
+    "agent.max_total_tokens",
+    f"{config.agent.max_total_tokens} exceeds the grader's context={config.context}",
+  )
+  skeleton.begin(config, workdir, "grader_sft", export=export)  # the whole config is valid
+  train, held_out, pairs = _demonstrations(config)
   acfg = backends.agent_config(config.agent, "agent")
   eval_records = held_out[: config.eval.groups]
 

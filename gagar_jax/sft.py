@@ -438,6 +438,25 @@ def policy_demos(config):
   return pairs, habit_share
 
 
+def _summary(config, fitted, final: dict, habit_share, start: float) -> dict:
+  """The run's summary.json: the fit, the final test, and what the run was (read off the
+  config, for the report)."""
+  return {
+    "steps": fitted.step,
+    "train_minutes": fitted.train_minutes,
+    "wall_minutes": (time.time() - start) / 60,
+    "final_test": final,
+    "habit_share_in_demos": habit_share,
+    "curve": fitted.curve,
+    "params": fitted.model_config.num_params(),
+    "suite": config.suite.name,
+    "policy": config.init_from or f"{config.model_preset} preset, from scratch",
+    "eval_group_size": config.eval.group_size,
+    "machine": f"{jax.device_count()} {jax.default_backend().upper()} device(s), "
+    f"{os.cpu_count()} CPU cores",
+  }
+
+
 def run(config, workdir: str, export: str = "") -> dict:
   """The policy warm start: data, tokenizer, SFT with periodic sampled evaluation.
 
@@ -494,21 +513,7 @@ def run(config, workdir: str, export: str = "") -> dict:
     by_suite,
   )
   pool.close()
-  summary = {
-    "steps": fitted.step,
-    "train_minutes": fitted.train_minutes,
-    "wall_minutes": (time.time() - start) / 60,
-    "final_test": final,
-    "habit_share_in_demos": habit_share,
-    "curve": fitted.curve,
-    "params": fitted.model_config.num_params(),
-    # What the report says the run was (write_report): not assumed, read off the config.
-    "suite": config.suite.name,
-    "policy": config.init_from or f"{config.model_preset} preset, from scratch",
-    "eval_group_size": config.eval.group_size,
-    "machine": f"{jax.device_count()} {jax.default_backend().upper()} device(s), "
-    f"{os.cpu_count()} CPU cores",
-  }
+  summary = _summary(config, fitted, final, habit_share, start)
   if export:
     policy_io.export(export, fitted.tok, fitted.model_config, fitted.state.params)
   skeleton.write_summary(workdir, summary, export)

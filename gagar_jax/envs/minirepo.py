@@ -23,7 +23,7 @@ import ast
 import dataclasses
 import hashlib
 import json
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -375,6 +375,77 @@ def _fresh_name(rng, names: set, compound: bool) -> str:
       return name
 
 
+def _plant_bug(rng, fn: _Fn, kind: str):
+  """(correct, buggy, bug line, old text, new text) for a bug of `kind` planted in `fn`,
+  or None when the planted text would not be unique (the fix would be ambiguous)."""
+  if kind == "missing_case":
+    at, guard = fn.guard
+    correct = _Fn(fn.name, fn.params, fn.lines[:at] + guard + fn.lines[at:], fn.arg_kind, {})
+    return correct, fn, at, None, None
+  line, good, bad = fn.bugs[kind][int(rng.integers(len(fn.bugs[kind])))]
+  buggy_lines = list(fn.lines)
+  buggy_lines[line] = buggy_lines[line].replace(good, bad, 1)
+  buggy = _Fn(fn.name, fn.params, buggy_lines, fn.arg_kind, {})
+  if not _unique_in(bad, "\n".join(buggy_lines)) or buggy_lines == fn.lines:
+    return None
+  return fn, buggy, line, bad, good
+
+
+class _Version(NamedTuple):
+  """The buggy function as drawn (`fn`), fixed and broken, and the function the report
+  names (`fn` itself, or a caller of it)."""
+
+  fn: _Fn
+  correct: _Fn
+  buggy: _Fn
+  reported: _Fn
+
+  def with_helper(self, version: _Fn) -> str:
+    """A caller's source is run with the helper's (correct, or buggy) before it."""
+    return version.source() + ("" if self.reported is self.fn else "\n\n" + self.reported.source())
+
+
+def _hidden_tests(rng, difficulty, fns: dict[str, list[_Fn]], module: str, v: _Version):
+  """Hidden tests of every function (random inputs, and for the reported one boundary
+  values around its constants too), and the reported function's cases that tell the
+  buggy version from the fixed one: (hidden, [(case, what the buggy version gives)])."""
+  hidden, boundary, distinguishing = [], [], []
+  for node in ast.walk(pyast.parse(v.correct.source())):
+    if isinstance(node, ast.Constant) and isinstance(node.value, int):
+      boundary += [node.value - 1, node.value, node.value + 1]
+  boundary = sorted(set(boundary + [-1, 0, 1]))
+  for m, module_fns in fns.items():
+    for f in module_fns:
+      src = v.correct.source() if f.name == v.correct.name else f.source()
+      if f is v.reported:
+        src = v.with_helper(v.correct)
+      is_reported = f.name == v.reported.name and m == module
+      if difficulty.get("scoped_hidden_tests") and not is_reported:
+        continue
+      count = difficulty["n_hidden"] + (len(boundary) if is_reported else 0)
+      for args in _inputs(f, rng, count, boundary if is_reported else []):
+        ok, expected = run_trusted(src, f.name, args)
+        if not ok:
+          continue
+        case = TestCase(f"{PACKAGE}.{m}", f.name, args, expected)
+        hidden.append(case)
+        if is_reported:
+          bok, got = run_trusted(v.with_helper(v.buggy), f.name, args)
+          if not bok or got != expected:
+            distinguishing.append((case, got if bok else f"raises {got}"))
+  return hidden, distinguishing
+
+
+def _issue_text(example: TestCase, wrong, vague: bool) -> str:
+  """The issue: the reported call, what the buggy code gives, and (unless vague) what it
+  should return."""
+  raised = isinstance(wrong, str) and wrong.startswith("raises")
+  what = wrong if raised else f"returns {wrong!r}"
+  if vague:
+    return f"{example.call_text()} {what}, which is wrong."
+  return f"{example.call_text()} {what} but should return {example.expected!r}."
+
+
 def _try_generate(rng, seed, difficulty):
   n_files, n_functions = difficulty["n_files"], difficulty["n_functions"]
   per_file = n_functions + difficulty["distractors"]
@@ -402,20 +473,10 @@ def _try_generate(rng, seed, difficulty):
   fn = fns[module][index]
   path = f"{PACKAGE}/{module}.py"
 
-  if kind == "missing_case":
-    at, guard = fn.guard
-    correct = _Fn(fn.name, fn.params, fn.lines[:at] + guard + fn.lines[at:], fn.arg_kind, {})
-    buggy = fn
-    bug_line, old, new = at, None, None
-  else:
-    line, good, bad = fn.bugs[kind][int(rng.integers(len(fn.bugs[kind])))]
-    correct = fn
-    buggy_lines = list(fn.lines)
-    buggy_lines[line] = buggy_lines[line].replace(good, bad, 1)
-    buggy = _Fn(fn.name, fn.params, buggy_lines, fn.arg_kind, {})
-    bug_line, old, new = line, bad, good
-    if not _unique_in(bad, "\n".join(buggy_lines)) or buggy_lines == fn.lines:
-      return None
+  planted = _plant_bug(rng, fn, kind)
+  if planted is None:
+    return None
+  correct, buggy, bug_line, old, new = planted
 
   # The caller whose call the report names (caller_report), placed after the buggy one.
   reported = fn
@@ -434,44 +495,13 @@ def _try_generate(rng, seed, difficulty):
     reference[f"{PACKAGE}/{m}.py"] = render(fns[m], correct if m == module else None)
     files[f"{PACKAGE}/{m}.py"] = render(fns[m], buggy if m == module else None)
 
-  # Hidden tests: every function, random inputs plus boundary values around constants.
-  hidden, boundary = [], []
-  for node in ast.walk(pyast.parse(correct.source())):
-    if isinstance(node, ast.Constant) and isinstance(node.value, int):
-      boundary += [node.value - 1, node.value, node.value + 1]
-  boundary = sorted(set(boundary + [-1, 0, 1]))
-  distinguishing = []
-  # A caller's source is run with the helper's (correct, or buggy) before it.
-  with_helper = lambda version: (
-    version.source() + ("" if reported is fn else "\n\n" + reported.source())
+  hidden, distinguishing = _hidden_tests(
+    rng, difficulty, fns, module, _Version(fn, correct, buggy, reported)
   )
-  for m in modules:
-    for f in fns[m]:
-      src = correct.source() if f.name == correct.name else f.source()
-      if f is reported:
-        src = with_helper(correct)
-      is_reported = f.name == reported.name and m == module
-      if difficulty.get("scoped_hidden_tests") and not is_reported:
-        continue
-      count = difficulty["n_hidden"] + (len(boundary) if is_reported else 0)
-      for args in _inputs(f, rng, count, boundary if is_reported else []):
-        ok, expected = run_trusted(src, f.name, args)
-        if not ok:
-          continue
-        case = TestCase(f"{PACKAGE}.{m}", f.name, args, expected)
-        hidden.append(case)
-        if is_reported:
-          bok, got = run_trusted(with_helper(buggy), f.name, args)
-          if not bok or got != expected:
-            distinguishing.append((case, got if bok else f"raises {got}"))
   if not distinguishing:
     return None  # the bug would be invisible to the hidden tests
   example, wrong = distinguishing[int(rng.integers(len(distinguishing)))]
-  raised = isinstance(wrong, str) and wrong.startswith("raises")
-  what = wrong if raised else f"returns {wrong!r}"
-  issue = f"{example.call_text()} {what} but should return {example.expected!r}."
-  if _drawn("vague", seed, difficulty.get("vague_report", 0.0)):
-    issue = f"{example.call_text()} {what}, which is wrong."
+  issue = _issue_text(example, wrong, _drawn("vague", seed, difficulty.get("vague_report", 0.0)))
   others = [c for c in hidden if c.func == reported.name and c != example]
   visible = [example] + others[: VISIBLE_TESTS - 1]
   if difficulty.get("weak_hidden_tests") and _drawn("weak", seed, difficulty.get("weak_share", 1)):

@@ -359,6 +359,32 @@ def _run_check(job, cand):
     return False, str(e)
 
 
+def _watcher_report(report_r, deadline) -> dict:
+  """The watcher's start report (JSON lines until it names the candidate's pid, or an
+  error), read by the deadline."""
+  info, buf = {}, b""
+  while "pid" not in info and "error" not in info:
+    if not select.select([report_r], [], [], max(0.0, deadline - time.monotonic()))[0]:
+      raise TimeoutError("watcher did not start")
+    chunk = os.read(report_r, 4096)
+    if not chunk:
+      raise EOFError("watcher died")
+    buf += chunk
+    *lines, buf = buf.split(b"\n")
+    for line in lines:
+      info.update(json.loads(line))
+  return info
+
+
+def _call(cand, call: dict) -> dict:
+  """One call of a `call` job: its encoded value, or the error it raised."""
+  try:
+    value = cand.call(call["module"], call["func"], decode(call["args"]))
+    return {"ok": True, "value": encode(value)}
+  except (CandidateError, RuntimeError) as e:
+    return {"ok": False, "error": str(e)}
+
+
 def _harness_main(cfg, job_r, result_w):
   """C. Never returns."""
   _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -382,17 +408,7 @@ def _harness_main(cfg, job_r, result_w):
     limits = job["limits"]
     deadline = start + limits["wall_s"]
     result["secret"] = job["secret"]
-    info, buf = {}, b""
-    while "pid" not in info and "error" not in info:
-      if not select.select([report_r], [], [], max(0.0, deadline - time.monotonic()))[0]:
-        raise TimeoutError("watcher did not start")
-      chunk = os.read(report_r, 4096)
-      if not chunk:
-        raise EOFError("watcher died")
-      buf += chunk
-      *lines, buf = buf.split(b"\n")
-      for line in lines:
-        info.update(json.loads(line))
+    info = _watcher_report(report_r, deadline)
     if "error" in info:
       result.update(status="refused", detail=info["error"])
       raise _Done
@@ -413,14 +429,8 @@ def _harness_main(cfg, job_r, result_w):
       passed, detail = _run_check(job, cand)
       result.update(status=cand.dead or "ok", passed=passed, detail=detail)
     else:
-      for call in job["calls"]:
-        try:
-          value = cand.call(call["module"], call["func"], decode(call["args"]))
-          result["results"].append({"ok": True, "value": encode(value)})
-        except CandidateError as e:
-          result["results"].append({"ok": False, "error": str(e)})
-        except RuntimeError as e:
-          result["results"].append({"ok": False, "error": str(e)})
+      for call in job["calls"]:  # (appended one by one: a timeout keeps the earlier ones)
+        result["results"].append(_call(cand, call))
       result["status"] = cand.dead or "ok"
   except _Done:
     pass

@@ -135,6 +135,39 @@ class GraderLoop:
     grades, metrics = self.collect_grades(num_groups, group_size)
     return grades.ranks, metrics
 
+  def _outcome(self, job, report: dict, counts: dict):
+    """Waits for one group's grading: its validated grades, or None (timed out, raised,
+    or invalid), with the group's `report` filled in and `counts` advanced."""
+    # Each group gets timeout_s from its submission (time queued for a slot included).
+    left = self.timeout_s - (time.monotonic() - job.started)
+    if not job.done.wait(max(0.0, left)):
+      counts["timeouts"] += 1
+      report["status"] = "timeout"
+      self._release(job)  # a hung grader keeps its thread, not its slot
+      return None
+    if job.error is not None:
+      # A grader that gives up with InvalidRanking produced no valid output: invalid.
+      invalid = isinstance(job.error, protocol.InvalidRanking)
+      counts["invalid" if invalid else "exceptions"] += 1
+      report.update(
+        status="invalid" if invalid else "exception",
+        output=f"{type(job.error).__name__}: {job.error}",
+        transcript=transcript_lines(getattr(job.error, "transcript", ())),
+      )
+      return None
+    report.update(  # whatever the grader returned (validated below)
+      output=str(getattr(job.result, "rationale", repr(job.result)[:200])),
+      transcript=transcript_lines(getattr(job.result, "transcript", ())),
+    )
+    try:
+      g = protocol.validate_grades(job.result, job.ws)
+    except protocol.InvalidRanking as e:
+      counts["invalid"] += 1
+      report.update(status="invalid", output=f"{e} ({report['output']})")
+      return None
+    report["status"] = "graded"
+    return g
+
   def collect_grades(self, num_groups: int, group_size: int):
     """Waits for the submitted groups; returns (`GradeArrays` `[N, G]`, metrics).
 
@@ -157,34 +190,9 @@ class GraderLoop:
       for cid, slot in job.ws.slot_of.items():
         cids[slot] = cid
       report = self.reports[index] = {"status": "", "output": "", "cids": cids, "transcript": []}
-      # Each group gets timeout_s from its submission (time queued for a slot included).
-      left = self.timeout_s - (time.monotonic() - job.started)
-      if not job.done.wait(max(0.0, left)):
-        counts["timeouts"] += 1
-        report["status"] = "timeout"
-        self._release(job)  # a hung grader keeps its thread, not its slot
+      g = self._outcome(job, report, counts)
+      if g is None:
         continue
-      if job.error is not None:
-        # A grader that gives up with InvalidRanking produced no valid output: invalid.
-        invalid = isinstance(job.error, protocol.InvalidRanking)
-        counts["invalid" if invalid else "exceptions"] += 1
-        report.update(
-          status="invalid" if invalid else "exception",
-          output=f"{type(job.error).__name__}: {job.error}",
-          transcript=transcript_lines(getattr(job.error, "transcript", ())),
-        )
-        continue
-      report.update(  # whatever the grader returned (validated below)
-        output=str(getattr(job.result, "rationale", repr(job.result)[:200])),
-        transcript=transcript_lines(getattr(job.result, "transcript", ())),
-      )
-      try:
-        g = protocol.validate_grades(job.result, job.ws)
-      except protocol.InvalidRanking as e:
-        counts["invalid"] += 1
-        report.update(status="invalid", output=f"{e} ({report['output']})")
-        continue
-      report["status"] = "graded"
       for cid, rank in g.ranks.items():
         slot = job.ws.slot_of[cid]
         ranks[index, slot], tiers[index, slot] = rank, g.tiers[cid]

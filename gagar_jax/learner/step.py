@@ -15,6 +15,7 @@ Compiled once per run (fixed shapes, explicit in/out shardings, state donated).
 from __future__ import annotations
 
 import collections
+import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -447,6 +448,55 @@ def part_loss(graphdef, loss_cfg, params, tokens, mask, old, ref, adv, denom, on
   return total, metrics
 
 
+def _loss_inputs(batch: Batch, advantage_cfg):
+  """The loss's row arrays (tokens, mask, old, ref, advantages), each `[N * G, T]` (advantages
+  `[N * G]`), the batch-wide denominators and the advantage metrics."""
+  adv = compute_advantages(batch.groups, advantage_cfg)
+  tokens, mask = _flatten(batch.tokens), _flatten(batch.mask)
+  old, ref = _flatten(batch.old_logprobs), _flatten(batch.ref_logprobs)
+  # Batch-wide denominators make the sum of micro-batch losses equal the full loss.
+  denom = losses.denominators(mask)
+  return (tokens, mask, old, ref, _flatten(adv.new)), denom, adv.metrics
+
+
+def _micro_batched(grad_fn, params, arrays, m: int, *args):
+  """Loss, metrics and gradients of `grad_fn` summed over `m` micro-batches of the rows
+  (a scan: one micro-batch's activations live at a time)."""
+  parts = [_micro_split(x, m) for x in arrays]
+
+  def run(part):
+    (loss, metrics), grads = grad_fn(params, [part], *args)
+    return loss, metrics, grads
+
+  def accumulate(carry, part):
+    return jax.tree.map(jnp.add, carry, run(part)), None
+
+  shapes = jax.eval_shape(run, [p[0] for p in parts])
+  zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+  (loss, metrics, grads), _ = jax.lax.scan(accumulate, zeros, parts)
+  return loss, metrics, grads
+
+
+def _apply_update(
+  optimizer, schedule, state: TrainState, loss, metrics, grads, adv_metrics, has_tokens
+):
+  """The guarded optimizer update and the step's metrics. A batch without policy tokens
+  (all padding) changes nothing either: AdamW's momentum would still move the parameters
+  on zero gradients."""
+  new_state, grad_norm, finite, apply = guarded_update(optimizer, state, grads, loss, has_tokens)
+  rng = jax.random.key_data(jax.random.split(jax.random.wrap_key_data(state.rng))[0])
+  metrics = dict(
+    metrics,
+    **adv_metrics,
+    loss=loss,
+    grad_norm=grad_norm,
+    learning_rate=schedule(state.step),
+    finite=finite.astype(jnp.float32),
+    updated=apply.astype(jnp.float32),
+  )
+  return new_state._replace(rng=rng), metrics
+
+
 def make_train_step(
   config: LearnerConfig,
   graphdef,
@@ -469,55 +519,23 @@ def make_train_step(
 
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
-  def inputs(batch: Batch):
-    adv = compute_advantages(batch.groups, config.advantage)
-    advantages, adv_metrics = adv.new, adv.metrics
-    tokens, mask = _flatten(batch.tokens), _flatten(batch.mask)
-    old, ref = _flatten(batch.old_logprobs), _flatten(batch.ref_logprobs)
-    # Batch-wide denominators make the sum of micro-batch losses equal the full loss.
-    denom = losses.denominators(mask)
-    return (tokens, mask, old, ref, _flatten(advantages)), denom, adv_metrics
-
-  def update(state: TrainState, loss, metrics, grads, adv_metrics, has_tokens):
-    # Nor does a batch without policy tokens (all padding) change anything: AdamW's
-    # momentum would still move the parameters on zero gradients.
-    new_state, grad_norm, finite, apply = guarded_update(optimizer, state, grads, loss, has_tokens)
-    rng = jax.random.key_data(jax.random.split(jax.random.wrap_key_data(state.rng))[0])
-    metrics = dict(
-      metrics,
-      **adv_metrics,
-      loss=loss,
-      grad_norm=grad_norm,
-      learning_rate=schedule(state.step),
-      finite=finite.astype(jnp.float32),
-      updated=apply.astype(jnp.float32),
-    )
-    return new_state._replace(rng=rng), metrics
+  update = functools.partial(_apply_update, optimizer, schedule)
 
   def step(state: TrainState, batch: Batch, order, on_policy=False, widths=None):
-    arrays, denom, adv_metrics = inputs(batch)
+    arrays, denom, adv_metrics = _loss_inputs(batch, config.advantage)
     full_t = arrays[0].shape[-1]
     if m == 1:
       parts = _buckets(arrays, order, widths)
       (loss, metrics), grads = grad_fn(state.params, parts, denom, on_policy, full_t)
     else:
-      parts = [_micro_split(x, m) for x in arrays]
-
-      def run(part):
-        (loss, metrics), grads = grad_fn(state.params, [part], denom, on_policy, full_t)
-        return loss, metrics, grads
-
-      def accumulate(carry, part):
-        return jax.tree.map(jnp.add, carry, run(part)), None
-
-      shapes = jax.eval_shape(run, [p[0] for p in parts])
-      zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-      (loss, metrics, grads), _ = jax.lax.scan(accumulate, zeros, parts)
+      loss, metrics, grads = _micro_batched(
+        grad_fn, state.params, arrays, m, denom, on_policy, full_t
+      )
     metrics = dict(metrics, tokens=jnp.sum(arrays[1]).astype(jnp.float32))
     return update(state, loss, metrics, grads, adv_metrics, jnp.any(arrays[1]))
 
   def forward(params, batch: Batch, order, on_policy=False, widths=None):
-    arrays, denom, adv_metrics = inputs(batch)
+    arrays, denom, adv_metrics = _loss_inputs(batch, config.advantage)
     parts, full_t = _buckets(arrays, order, widths), arrays[0].shape[-1]
     loss, vjp_fn, metrics = jax.vjp(
       lambda p: loss_fn(p, parts, denom, on_policy, full_t), params, has_aux=True

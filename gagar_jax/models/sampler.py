@@ -232,6 +232,19 @@ class DecodeCarry(NamedTuple):
   reason: jax.Array  # int32 [B]
 
 
+def _stopped(tok, window, alive, reason, stop_table, params_s: SamplingParams):
+  """Rows that just emitted a stop sequence (`window` ends with one) or EOS, and the
+  finish reasons updated for them: (hit_stop, hit_eos, reason)."""
+  hit_stop = hit_eos = jnp.zeros_like(alive)
+  if params_s.stop_sequences:
+    match = (stop_table[None] == window[:, None]) | (stop_table[None] < 0)
+    hit_stop = jnp.any(jnp.all(match, axis=-1), axis=-1) & alive
+    reason = jnp.where(hit_stop, FINISH_STOP, reason)
+  if params_s.eos_id is not None:
+    hit_eos = alive & (tok == params_s.eos_id)
+  return hit_stop, hit_eos, jnp.where(hit_eos, FINISH_EOS, reason)
+
+
 def _decode(
   graphdef,
   params,
@@ -263,7 +276,6 @@ def _decode(
   n = params_s.max_new_tokens
   cache_size = state.cache.k.shape[3]
   stop_table = jnp.asarray(_stop_table(params_s.stop_sequences))
-  has_stop = len(params_s.stop_sequences) > 0
   width = stop_table.shape[1]
   layers = nnx.merge(graphdef, params).split_layers() if split_layers else None
 
@@ -280,18 +292,7 @@ def _decode(
     tokens = tokens.at[:, step].set(tok)
     logps = logps.at[:, step].set(lp)
     window = jnp.concatenate([window[:, 1:], tok[:, None]], axis=1)
-    new_reason = reason
-    if has_stop:
-      match = (stop_table[None] == window[:, None]) | (stop_table[None] < 0)
-      hit_stop = jnp.any(jnp.all(match, axis=-1), axis=-1) & alive
-      new_reason = jnp.where(hit_stop, FINISH_STOP, new_reason)
-    else:
-      hit_stop = jnp.zeros_like(done)
-    if params_s.eos_id is not None:
-      hit_eos = alive & (tok == params_s.eos_id)
-    else:
-      hit_eos = jnp.zeros_like(done)
-    new_reason = jnp.where(hit_eos, FINISH_EOS, new_reason)
+    hit_stop, hit_eos, new_reason = _stopped(tok, window, alive, reason, stop_table, params_s)
     # The sampled token enters the cache (so the conversation can continue after it).
     st = _forward_chunk(graphdef, params, st, tok[:, None], alive.astype(jnp.int32), attend, layers)
     full = alive & (st.lengths >= cache_size)
@@ -676,30 +677,36 @@ class Sampler:
       going[rows[live]] = True
       if not live.size or step >= n:
         break
-      size, slots = self._sub_batch(live, len(rows))
-      if size is None:
-        continue
-      # Rows still generating move into a batch of `size`; padding rows repeat a live
-      # row, are marked done, and are never written back.
-      real = slots < len(rows)
-      pick = np.where(real, slots, live[0])
-      full = part if full is None else self._put(full, part, self._shard(rows))
-      gather = rows[pick]
-      rows = np.where(real, gather, batch)
-      part = self._take(full, self._shard(gather))
-      window, why = jax.device_get((carry.window, carry.reason))
-      carry = DecodeCarry(
-        carry.key,
-        self._shard(ids[np.minimum(rows, batch - 1)]),
-        carry.drawn,
-        self._shard(window[pick]),
-        self._shard(rows >= batch),
-        self._shard(why[pick]),
-      )
+      full, part, carry, rows = self._compact(full, part, carry, rows, live, ids)
     if full is not None:
       part = self._put(full, part, self._shard(rows))
     mask = np.arange(n)[None, :] < counts[:, None]
     return part, SampleOutput(tokens, logps, mask, counts, reasons)
+
+  def _compact(self, full, part, carry: DecodeCarry, rows, live, ids):
+    """Moves the rows `live` of `part` (full-batch rows `rows`, padding >= the batch) into
+    a batch of the `_sub_batch` size, when there is one: returns (full, part, carry, rows).
+    Padding rows repeat a live row, are marked done, and are never written back."""
+    size, slots = self._sub_batch(live, len(rows))
+    if size is None:
+      return full, part, carry, rows
+    batch = len(ids)
+    real = slots < len(rows)
+    pick = np.where(real, slots, live[0])
+    full = part if full is None else self._put(full, part, self._shard(rows))
+    gather = rows[pick]
+    rows = np.where(real, gather, batch)
+    part = self._take(full, self._shard(gather))
+    window, why = jax.device_get((carry.window, carry.reason))
+    carry = DecodeCarry(
+      carry.key,
+      self._shard(ids[np.minimum(rows, batch - 1)]),
+      carry.drawn,
+      self._shard(window[pick]),
+      self._shard(rows >= batch),
+      self._shard(why[pick]),
+    )
+    return full, part, carry, rows
 
   def _shard(self, x):
     x = np.asarray(x)
