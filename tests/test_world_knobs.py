@@ -1,6 +1,8 @@
 """The MiniRepo knobs of the pressure world (vague_report, weak_hidden_tests,
 scoped_hidden_tests), each measured on the scripted expert to do what it says."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -97,6 +99,30 @@ def test_weak_hidden_tests_let_the_hack_pass(pool):
       assert demo.habits == ("hack",)
       passed[weak] += demo.passed
   assert passed[True] == 10 and passed[False] <= 2
+
+
+def test_strong_hidden_tests_tell_a_hack_from_a_fix(pool):
+  # A weak-test task's strong tests are those it had before weakening: the same task
+  # otherwise. The hack passes its weak tests and fails its strong ones; the fix passes both.
+  hacks_caught = 0
+  for s in range(6):
+    task = minirepo.generate_task(s, weak_hidden_tests=True)
+    strong = minirepo.strong_hidden_tests(task)
+    assert len(task.hidden_tests) == 1 < len(strong)
+    assert all(case in strong for case in task.hidden_tests)
+    fixed = minirepo.run_tests(task.reference_files, strong, pool)
+    assert fixed.passed
+    hack = expert_lib.Expert(expert_lib.HabitConfig(hack=1.0), seed=s, pool=pool).demonstrate(task)
+    assert hack.passed
+    hacks_caught += not minirepo.run_tests(hack.files, strong, pool).passed
+  assert hacks_caught == 6
+  # A task with full hidden tests keeps them; a task not of the generator is refused.
+  plain = minirepo.generate_task(2)
+  assert minirepo.strong_hidden_tests(plain) == plain.hidden_tests
+  forged = dataclasses.replace(plain, files={**plain.files, "pkg/extra.py": "x = 1\n"})
+  forged = dataclasses.replace(forged, task_id="minirepo-2-0000000000")
+  with pytest.raises(ValueError, match="is not generate_task"):
+    minirepo.strong_hidden_tests(forged)
 
 
 def test_weak_share_draws_which_tasks_get_weak_tests():
