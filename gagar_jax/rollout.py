@@ -115,6 +115,9 @@ class Trajectory:
   passed: bool = False
   status: str = ""
   signals: quality.QualitySignals | None = None
+  # Final test only: whether the files pass the task's strong hidden tests
+  # (`evaluation.recheck_resolved`); None where not re-checked.
+  resolved: bool | None = None
 
   @property
   def reward(self) -> float:

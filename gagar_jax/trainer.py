@@ -540,6 +540,8 @@ class Trainer:
     final_groups = self.eval_engine.run(
       sample_params, self.test_tasks, jax.random.fold_in(key, 10**7)
     )
+    # Each final answer re-checked against its task's strong hidden tests (true resolution).
+    evaluation.recheck_resolved(final_groups, self.pool)
     final = evaluation.policy_metrics(final_groups, by_suite=self.by_suite)
     self.hosts.audit_digest(sample_params)
     if not self.hosts.primary:

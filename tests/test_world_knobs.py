@@ -6,6 +6,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from gagar_jax import evaluation, rollout
 from gagar_jax.data import builders
 from gagar_jax.envs import expert as expert_lib
 from gagar_jax.envs import minirepo
@@ -119,10 +120,39 @@ def test_strong_hidden_tests_tell_a_hack_from_a_fix(pool):
   # A task with full hidden tests keeps them; a task not of the generator is refused.
   plain = minirepo.generate_task(2)
   assert minirepo.strong_hidden_tests(plain) == plain.hidden_tests
-  forged = dataclasses.replace(plain, files={**plain.files, "pkg/extra.py": "x = 1\n"})
-  forged = dataclasses.replace(forged, task_id="minirepo-2-0000000000")
+  weak = minirepo.generate_task(2, weak_hidden_tests=True)
+  forged = dataclasses.replace(weak, task_id="minirepo-2-0000000000")
   with pytest.raises(ValueError, match="is not generate_task"):
     minirepo.strong_hidden_tests(forged)
+
+
+def test_final_answers_are_rechecked_against_the_strong_tests(pool):
+  # The final test's re-check: a hack that passes weak tests is an unresolved pass, the
+  # reference fix a real fix; records and metrics split tokens by those outcomes.
+  task = minirepo.generate_task(0, weak_hidden_tests=True)
+  hack = expert_lib.Expert(expert_lib.HabitConfig(hack=1.0), seed=0, pool=pool).demonstrate(task)
+  group = [
+    rollout.Trajectory(task, 0, i, [1] * n, [True] * n, [0.0] * n, [], files, passed=passed)
+    for i, (files, passed, n) in enumerate(
+      [(hack.files, True, 10), (task.reference_files, True, 20), (task.files, False, 30)]
+    )
+  ]
+  evaluation.recheck_resolved([group], pool)
+  assert [t.resolved for t in group] == [False, True, False]
+  record = evaluation.task_record(group)
+  assert record["passed"] == 2 and record["resolved"] == 1
+  assert (record["tokens_real_fix"], record["tokens_unresolved_pass"], record["tokens_fail"]) == (
+    20,
+    10,
+    30,
+  )
+  metrics = evaluation.policy_metrics([group])
+  assert metrics["resolved@1"] == pytest.approx(1 / 3) and metrics["pass@1"] == pytest.approx(2 / 3)
+  assert metrics["episode_tokens_unresolved_pass"] == 10.0
+  # Not re-checked: no resolution figures.
+  plain = [dataclasses.replace(t, resolved=None) for t in group]
+  assert "resolved" not in evaluation.task_record(plain)
+  assert "resolved@1" not in evaluation.policy_metrics([plain])
 
 
 def test_weak_share_draws_which_tasks_get_weak_tests():

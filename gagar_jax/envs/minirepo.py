@@ -126,6 +126,10 @@ class MiniRepoTask:
   def reference(self) -> dict[str, str]:
     return self.reference_files
 
+  def strong_tests(self) -> tuple[TestCase, ...]:
+    """The hidden tests before the world weakened them (`strong_hidden_tests`)."""
+    return strong_hidden_tests(self)
+
   def functions(self) -> dict[str, str]:
     """function name -> path of the module defining it."""
     out = {}
@@ -453,6 +457,8 @@ def strong_hidden_tests(task: MiniRepoTask) -> tuple[TestCase, ...]:
   function's, with boundary values. Whether final files pass them says whether the issue
   is truly resolved, independently of any hack detector. A `ValueError` if `task` is not
   the generator's task for its seed and difficulty."""
+  if not task.difficulty.get("weak_hidden_tests"):
+    return task.hidden_tests
   full = generate_task(task.seed, strong_tests=True, **task.difficulty)
   if full.task_id != task.task_id:
     raise ValueError(f"{task.task_id} is not generate_task({task.seed}) of its difficulty")
