@@ -29,16 +29,23 @@ class TaskTable:
   passed: np.ndarray  # [T] passing samples
   tokens: np.ndarray  # [T] summed episode tokens
   habits: Mapping[str, np.ndarray]  # habit -> [T] passing samples with it
+  # [T] samples passing the strong hidden tests (`evaluation.recheck_resolved`); None
+  # for records from before the re-check.
+  resolved: np.ndarray | None = None
 
   @classmethod
   def from_records(cls, records: list[dict]) -> TaskTable:
     habits = sorted({k for r in records for k in r if k.startswith("passing_")})
+    resolved = None
+    if records and all("resolved" in r for r in records):
+      resolved = np.array([r["resolved"] for r in records], float)
     return cls(
       tuple(r["task_id"] for r in records),
       np.array([r["samples"] for r in records], float),
       np.array([r["passed"] for r in records], float),
       np.array([r["tokens"] for r in records], float),
       {h[len("passing_") :]: np.array([r.get(h, 0) for r in records], float) for h in habits},
+      resolved,
     )
 
   def take(self, index: np.ndarray) -> TaskTable:
@@ -48,6 +55,7 @@ class TaskTable:
       self.passed[index],
       self.tokens[index],
       {h: v[index] for h, v in self.habits.items()},
+      None if self.resolved is None else self.resolved[index],
     )
 
 
@@ -60,6 +68,13 @@ def clean_pass_at_1(t: TaskTable) -> float:
   task's full hidden tests would say of a hack that only the weak tests let through)."""
   hacks = t.habits.get("hack", np.zeros_like(t.passed))
   return float(np.mean((t.passed - hacks) / t.samples))
+
+
+def resolved_at_1(t: TaskTable) -> float:
+  """pass@1 by the strong hidden tests (true resolution); NaN without the re-check."""
+  if t.resolved is None:
+    return float("nan")
+  return float(np.mean(t.resolved / t.samples))
 
 
 def pass_at_k(k: int) -> Callable[[TaskTable], float]:
@@ -153,7 +168,23 @@ def paired_interval(
   seed: int = 0,
   level: float = 0.95,
 ) -> tuple[float, float, float]:
-  """(mean over seeds of stat(a) - stat(b), CI low, CI high) over seeds and tasks.
+  """(mean over seeds of stat(a) - stat(b), CI low, CI high): `paired_test` without its
+  p-value."""
+  return paired_test(a, b, stat, draws=draws, seed=seed, level=level)[:3]
+
+
+def paired_test(
+  a: Mapping[int, TaskTable],
+  b: Mapping[int, TaskTable],
+  stat: Callable[[TaskTable], float],
+  *,
+  draws: int = 2000,
+  seed: int = 0,
+  level: float = 0.95,
+) -> tuple[float, float, float, float]:
+  """(mean over seeds of stat(a) - stat(b), CI low, CI high, two-sided p) over seeds and
+  tasks; the p-value is the same t's (it is below 1 - level exactly when the interval
+  excludes 0).
 
   Two sources of error, each estimated where it can be:
 
@@ -174,32 +205,50 @@ def paired_interval(
   d = np.array([stat(a[s]) - stat(b[s]) for s in seeds], float)
   d = d[np.isfinite(d)]
   if not len(d):
-    return float("nan"), float("nan"), float("nan")
+    return float("nan"), float("nan"), float("nan"), float("nan")
   boot = task_bootstrap(a, b, stat, draws=draws, seed=seed)
   boot = boot[np.isfinite(boot)]
-  if len(d) < 2:
+  if len(d) < 2:  # over tasks only: the bootstrap's two-sided percentile p
     lo, hi = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
-    return float(d.mean()), float(lo), float(hi)
+    p = min(1.0, 2 * min(np.mean(boot <= 0), np.mean(boot >= 0)))
+    return float(d.mean()), float(lo), float(hi), float(p)
   n_tasks = len(a[seeds[0]].passed)
-  return _t_interval(d, level, v_t=float(boot.var(ddof=1)), df_t=max(n_tasks - 1, 1))
+  return _t_interval(d, level, v_t=float(boot.var(ddof=1)), df_t=max(n_tasks - 1, 1), p=True)
 
 
 def _t_interval(
-  d: np.ndarray, level: float, v_t: float = 0.0, df_t: float = float("inf")
-) -> tuple[float, float, float]:
+  d: np.ndarray, level: float, v_t: float = 0.0, df_t: float = float("inf"), p: bool = False
+):
   """mean(d) +- t_df sqrt(V_S + v_t) for n >= 2 per-seed differences d, V_S = var(d) / n
   with n - 1 degrees of freedom and v_t an extra variance with df_t; df by
-  Welch-Satterthwaite (n - 1 when v_t = 0)."""
+  Welch-Satterthwaite (n - 1 when v_t = 0). With `p`, the two-sided p-value of the same
+  t for a zero mean is appended."""
   # (scipy is slow to import; only these intervals need it)
   from scipy import stats as sps
 
   point = float(d.mean())
   v_s = float(d.var(ddof=1) / len(d))
   if v_s + v_t == 0:
-    return point, point, point
+    return (point, point, point) + ((float(point == 0.0),) if p else ())
   df = (v_s + v_t) ** 2 / (v_s**2 / (len(d) - 1) + v_t**2 / df_t)
-  half = float(sps.t.ppf((1 + level) / 2, df) * np.sqrt(v_s + v_t))
-  return point, point - half, point + half
+  se = float(np.sqrt(v_s + v_t))
+  half = float(sps.t.ppf((1 + level) / 2, df) * se)
+  out = (point, point - half, point + half)
+  return out + ((float(2 * sps.t.sf(abs(point) / se, df)),) if p else ())
+
+
+def holm(pvalues) -> list[float]:
+  """Holm-adjusted p-values (step-down, family-wise error over the given tests), in the
+  order given: the i-th smallest p times (m - i + 1), made non-decreasing, capped at 1.
+  NaN p-values (not measurable) stay NaN and do not count in m."""
+  p = np.asarray(pvalues, float)
+  out = np.full(len(p), np.nan)
+  index = [i for i in np.argsort(p, kind="stable") if np.isfinite(p[i])]
+  running = 0.0
+  for rank, i in enumerate(index):
+    running = max(running, min(1.0, (len(index) - rank) * p[i]))
+    out[i] = running
+  return [float(x) for x in out]
 
 
 def _seed_differences(a: Mapping[int, float], b: Mapping[int, float]) -> np.ndarray:
@@ -237,10 +286,17 @@ def seed_interval(
   interval on the paired seed differences. With a handful of seeds a bootstrap of them
   covers far less than `level` (two seeds give their own range, about a 50% interval);
   t is exact for normal differences and wide when it should be. One seed: NaN bounds."""
+  return seed_test(a, b, level=level)[:3]
+
+
+def seed_test(
+  a: Mapping[int, float], b: Mapping[int, float], *, level: float = 0.95
+) -> tuple[float, float, float, float]:
+  """`seed_interval` and the two-sided p-value of its t (paired t-test over seeds)."""
   diffs = _seed_differences(a, b)
   if len(diffs) < 2:
-    return float(diffs.mean()), float("nan"), float("nan")
-  return _t_interval(diffs, level)
+    return float(diffs.mean()), float("nan"), float("nan"), float("nan")
+  return _t_interval(diffs, level, p=True)
 
 
 def verdict(point: float, lo: float, hi: float, higher_is_claimed: bool) -> str:

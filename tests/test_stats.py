@@ -198,3 +198,46 @@ def test_ended_on_hack_and_fisher_exact():
   assert stats.fisher_exact(2, 4, 2, 4) == pytest.approx(1.0)
   with pytest.raises(ValueError, match="out of range"):
     stats.fisher_exact(5, 4, 0, 4)
+
+
+def test_holm_adjusts_step_down_and_keeps_the_order():
+  assert stats.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+  assert stats.holm([0.2, 0.9]) == pytest.approx([0.4, 0.9])
+  adjusted = stats.holm([0.001, float("nan"), 0.5])  # NaN: not measured, not counted
+  assert adjusted[0] == pytest.approx(0.002) and np.isnan(adjusted[1]) and adjusted[2] == 0.5
+
+
+def test_p_values_are_the_intervals_t_and_agree_with_them():
+  from scipy import stats as sps
+
+  # Run-level figures: the paired t-test over seeds.
+  a = dict(enumerate([0.50, 0.61, 0.47, 0.58, 0.66]))
+  b = dict(enumerate([0.44, 0.52, 0.49, 0.50, 0.55]))
+  point, lo, hi, p = stats.seed_test(a, b)
+  expected = sps.ttest_1samp([a[s] - b[s] for s in a], 0.0).pvalue
+  assert p == pytest.approx(expected) and (lo, hi) == pytest.approx(stats.seed_interval(a, b)[1:])
+  # Task tables: p < 0.05 exactly when the 95% interval excludes 0.
+  rng = np.random.default_rng(0)
+  for shift in (0.0, 0.05, 0.15):
+    arm_a, arm_b = {}, {}
+    for s in range(6):
+      q = rng.uniform(0.2, 0.8, 40)
+      arm_a[s] = _table(np.clip(q + shift + rng.normal(0, 0.03), 0, 1), 8, rng)
+      arm_b[s] = _table(q, 8, rng)
+    point, lo, hi, p = stats.paired_test(arm_a, arm_b, stats.pass_at_1, draws=400)
+    assert (p < 0.05) == (lo > 0 or hi < 0)
+    assert stats.paired_interval(arm_a, arm_b, stats.pass_at_1, draws=400) == (point, lo, hi)
+
+
+def test_resolved_at_1_reads_the_recheck_and_is_nan_without_it():
+  records = [
+    {"task_id": "a", "samples": 4, "passed": 3, "tokens": 100, "resolved": 1},
+    {"task_id": "b", "samples": 4, "passed": 2, "tokens": 100, "resolved": 2},
+  ]
+  table = stats.TaskTable.from_records(records)
+  assert stats.resolved_at_1(table) == pytest.approx(3 / 8)
+  assert stats.resolved_at_1(table.take(np.array([1, 1]))) == pytest.approx(0.5)
+  old = stats.TaskTable.from_records(
+    [{k: v for k, v in r.items() if k != "resolved"} for r in records]
+  )
+  assert np.isnan(stats.resolved_at_1(old))
