@@ -305,11 +305,11 @@ def _micro_split(x, m: int):
 class TrainStep:
   """The learner's update: `step(state, batch) -> (state, metrics)`; `state` is donated.
 
-  `split=True` runs it as two jitted programs: the forward pass with its residuals
-  (`jax.vjp`), then the backward pass and the optimizer update. On XLA:CPU this is
-  1.5-1.8x faster than the one fused program (whose forward matmuls and elementwise
-  ops run several times slower than the same ops in a forward-only program), at the
-  price of one extra dispatch. Both give the same update. `lower` always lowers the
+  With a `SplitStep` (`learner.split_step`) it runs as separate jitted programs: the
+  forward pass with its residuals (`jax.vjp`), then the backward pass, then the optimizer
+  update. On XLA:CPU this is 1.5-1.8x faster than the one fused program (whose forward
+  matmuls and elementwise ops run several times slower than the same ops in a
+  forward-only program), at the price of a few dispatches. Both give the same update. `lower` always lowers the
   fused program (the planner reads its memory analysis).
 
   `on_policy=True`: the batch was sampled by `state.params` and this is its first update,
@@ -320,29 +320,54 @@ class TrainStep:
   `lengths` (`[N, G]` tokens per trajectory, host): with `buckets = k > 1`
   (`learner.length_buckets`), the trajectories are sorted by length and the loss runs
   over k equal parts, each cut to its own longest trajectory (`bucket_plan`): the same
-  loss and gradient over fewer padded positions. Programs compile per set of widths.
+  loss and gradient over fewer padded positions. The fused program compiles per set of
+  widths, the split one per width.
   """
 
-  def __init__(self, fused, forward=None, backward=None, buckets: int = 1):
-    self.fused, self._forward, self._backward = fused, forward, backward
-    self.split = forward is not None
+  def __init__(self, fused, split=None, buckets: int = 1):
+    self.fused, self.parts = fused, split
+    self.split = split is not None
     self.buckets = buckets
 
   def __call__(self, state: TrainState, batch: Batch, on_policy: bool = False, lengths=None):
-    rows = batch.tokens.shape[0] * batch.tokens.shape[1]
-    plan = None if lengths is None else bucket_plan(lengths, self.buckets, batch.tokens.shape[2])
+    rows, width = batch.tokens.shape[0] * batch.tokens.shape[1], batch.tokens.shape[2]
+    plan = None if lengths is None else bucket_plan(lengths, self.buckets, width)
     order, widths = plan if plan is not None else (np.arange(rows, dtype=np.int32), None)
     on_policy = bool(on_policy)
     if not self.split:
       return self.fused(state, batch, order, on_policy, widths)
-    return self._backward(state, self._forward(state.params, batch, order, on_policy, widths))
+    return self.parts(state, batch, order, on_policy, widths or (width,))
 
   def lower(self, state, batch):
     return self.fused.lower(state, batch, np.arange(batch.tokens.shape[0] * batch.tokens.shape[1]))
 
   def _cache_size(self) -> int:
-    jits = [self.fused] + ([self._forward, self._backward] if self.split else [])
-    return max(j._cache_size() for j in jits)
+    return self.parts.cache_size() if self.split else self.fused._cache_size()
+
+
+class SplitStep:
+  """`TrainStep`'s split form: one jitted program prepares the batch's loss inputs (the
+  advantages, the rows flattened), then per length bucket a forward program (the loss over
+  the bucket's rows cut to its width, with its residuals: `jax.vjp`) and a backward program
+  (its gradient), and one program sums the buckets and applies the update. The forward and
+  backward programs compile per bucket width, not per set of widths, so after a few steps
+  every update reuses programs already in memory."""
+
+  def __init__(self, prepare, forward, backward, apply):
+    self.prepare, self.forward, self.backward, self.apply = prepare, forward, backward, apply
+
+  def __call__(self, state: TrainState, batch: Batch, order, on_policy: bool, widths):
+    arrays, denom, adv_metrics, totals = self.prepare(batch)
+    size = len(order) // len(widths)
+    outs = []
+    for k, w in enumerate(widths):
+      rows = np.asarray(order[k * size : (k + 1) * size], np.int32)
+      loss, vjp_fn, metrics = self.forward(state.params, arrays, rows, denom, on_policy, w)
+      outs.append((loss, metrics, self.backward(vjp_fn, loss)))
+    return self.apply(state, outs, adv_metrics, totals)
+
+  def cache_size(self) -> int:
+    return max(j._cache_size() for j in (self.prepare, self.apply))
 
 
 # Bucket widths are multiples of this (fewer programs than one per length).
@@ -534,19 +559,27 @@ def make_train_step(
     metrics = dict(metrics, tokens=jnp.sum(arrays[1]).astype(jnp.float32))
     return update(state, loss, metrics, grads, adv_metrics, jnp.any(arrays[1]))
 
-  def forward(params, batch: Batch, order, on_policy=False, widths=None):
+  def prepare(batch: Batch):
     arrays, denom, adv_metrics = _loss_inputs(batch, config.advantage)
-    parts, full_t = _buckets(arrays, order, widths), arrays[0].shape[-1]
-    loss, vjp_fn, metrics = jax.vjp(
-      lambda p: loss_fn(p, parts, denom, on_policy, full_t), params, has_aux=True
-    )
-    metrics = dict(metrics, tokens=jnp.sum(arrays[1]).astype(jnp.float32))
-    return loss, metrics, vjp_fn, adv_metrics, jnp.any(arrays[1])
+    totals = (jnp.sum(arrays[1]).astype(jnp.float32), jnp.any(arrays[1]))
+    return arrays, denom, adv_metrics, totals
 
-  def backward(state: TrainState, residuals):
-    loss, metrics, vjp_fn, adv_metrics, has_tokens = residuals
-    (grads,) = vjp_fn(jnp.ones_like(loss))
-    return update(state, loss, metrics, grads, adv_metrics, has_tokens)
+  def forward(params, arrays, rows, denom, on_policy, width):
+    part = tuple(x[rows, :width] if x.ndim > 1 else x[rows] for x in arrays)
+    full_t = arrays[0].shape[-1]
+    return jax.vjp(
+      lambda p: part_loss(graphdef, loss_cfg, p, *part, denom, on_policy, full_t),
+      params,
+      has_aux=True,
+    )
+
+  def backward(vjp_fn, loss):
+    return vjp_fn(jnp.ones_like(loss))[0]
+
+  def apply(state: TrainState, outs, adv_metrics, totals):
+    loss, metrics, grads = jax.tree.map(lambda *xs: sum(xs[1:], xs[0]), *outs)
+    metrics = dict(metrics, tokens=totals[0])
+    return update(state, loss, metrics, grads, adv_metrics, totals[1])
 
   batch_sh = batch_shardings(mesh, rules)
   order_sh = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
@@ -561,11 +594,13 @@ def make_train_step(
   )
   if not split:
     return TrainStep(fused, buckets=config.length_buckets if m == 1 else 1)
-  forward_jit = jax.jit(
-    forward, in_shardings=(state_shardings.params, batch_sh, order_sh), static_argnums=static
+  parts = SplitStep(
+    jax.jit(prepare, in_shardings=(batch_sh,)),
+    jax.jit(forward, static_argnums=(4, 5)),  # on_policy, width
+    jax.jit(backward),
+    jax.jit(apply, out_shardings=(state_shardings, None), donate_argnums=(0,)),
   )
-  backward_jit = jax.jit(backward, out_shardings=(state_shardings, None), donate_argnums=(0,))
-  return TrainStep(fused, forward_jit, backward_jit, buckets=config.length_buckets)
+  return TrainStep(fused, parts, buckets=config.length_buckets)
 
 
 def batch_shardings(mesh, rules=None) -> Batch:
