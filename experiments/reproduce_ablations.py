@@ -66,26 +66,11 @@ def main(argv):
   sweep = runner.load_sweep(_SWEEP.value)
   records = _RECORDS.value or os.path.join(runner.REPO, "results", "sweeps", sweep["name"])
   options = runner.RunOptions(_DATA_DIR.value, _OOD_SEEDS.value, _OOD_SAMPLES.value)
-  started = 0
-  for run in sweep["runs"]:
-    record_dir = os.path.join(records, run["name"])
-    if _DRY.value or runner.finished(record_dir):
-      continue
-    if _MAX_RUNS.value and started >= _MAX_RUNS.value:
-      print(f"[ablations] --max_runs={_MAX_RUNS.value} reached; the rest next sitting", flush=True)
-      break
-    started += 1
-    workdir = os.path.join(_ROOT.value, sweep["name"], run["name"])
-    os.makedirs(workdir, exist_ok=True)
-    print(f"[ablations] running {run['name']} in {workdir} ...", flush=True)
+  if not _DRY.value:
     try:
-      seconds = runner.run_one(run, workdir, sweep.get("world", "default"), options)
-      runner.save_record(run, workdir, record_dir, seconds)
+      runner.run_missing(sweep, records, _ROOT.value, options, _MAX_RUNS.value)
     except (runner.StaleWorkdir, runner.IncompleteLog, runner.RunFailed) as e:
       sys.exit(f"reproduce_ablations.py: {e}")
-    print(
-      f"[ablations] {run['name']} done in {seconds / 60:.1f} min; record {record_dir}", flush=True
-    )
   runs = [
     report_lib.load_run(os.path.join(records, r["name"]))
     for r in sweep["runs"]

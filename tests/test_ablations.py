@@ -15,6 +15,7 @@ import pytest
 from gagar_jax import metrics
 from gagar_jax.errors import InputError
 from gagar_jax.sweep import report, runner
+from tests import helpers
 from tests.conftest import REPO
 
 SCRIPT = os.path.join(REPO, "experiments", "reproduce_ablations.py")
@@ -42,59 +43,16 @@ def _script(*args, timeout=600, check=True):
   return proc
 
 
-def _fake_record(record_dir, arm, seed, pass_p, growth, grad_norms, hack_p, rng):
-  """A finished run's record as reproduce_ablations.py writes it (what the report reads)."""
-  os.makedirs(record_dir)
-  tasks = []
-  for i in range(64):  # the same task ids for every arm of a seed (paired)
-    passed = int(rng.binomial(8, np.clip(pass_p + 0.3 * np.sin(i), 0, 1)))
-    tasks.append(
-      {
-        "task_id": f"minirepo-{2000000 + i}",
-        "samples": 8,
-        "passed": passed,
-        "tokens": 8 * 250,
-        **(
-          {
-            "passing_bloated": int(rng.binomial(passed, 0.3)),
-            "passing_out_of_scope": int(rng.binomial(passed, 0.1)),
-            "passing_dead_code": 0,
-            "passing_redundant": 0,
-            "passing_hack": int(rng.binomial(passed, hack_p)),
-          }
-          if passed
-          else {}
-        ),
-      }
-    )
-  curve = [
-    {"step": s, "pass@1": pass_p, "episode_tokens": 200 + growth * s / 150} for s in (0, 75, 150)
-  ]
-  summary = {
-    "steps": 150,
-    "wall_minutes": 20.0,
-    "curve": curve,
-    "final_test": {"pass@1": pass_p},
-    "final_test_tasks": tasks,
-  }
-  json.dump(summary, open(os.path.join(record_dir, "summary.json"), "w"))
-  with open(os.path.join(record_dir, "metrics.jsonl"), "w") as f:
-    for step in range(1, 151):  # every step logged once, as a finished run's log has it
-      g = grad_norms[(step - 1) % len(grad_norms)]
-      row = {"step": step, "train/grad_norm": g, "train/entropy": 0.3, "train/adv_abs_moved": 0.1}
-      f.write(json.dumps(row) + "\n")
-  json.dump({"per_task": tasks[:32]}, open(os.path.join(record_dir, "ood.json"), "w"))
-  json.dump({}, open(os.path.join(record_dir, "config.json"), "w"))
-  meta = {"name": f"{arm}_s{seed}", "arm": arm, "seed": seed, "config": "", "overrides": {}}
-  json.dump(meta, open(os.path.join(record_dir, "record.json"), "w"))
-
-
 def test_report_from_committed_records(tmp_path):
   records, rng = tmp_path / "records", np.random.default_rng(0)
   for seed in range(3):
     hack_p = 1.0 if seed == 0 else 0.4  # grpo's seed 0 ends wholly on the hack
-    _fake_record(records / f"grpo_s{seed}", "grpo", seed, 0.30, 60, [1, 3] * 20, hack_p, rng)
-    _fake_record(records / f"gagar_s{seed}", "gagar", seed, 0.40, 10, [1, 1.2] * 20, 0.05, rng)
+    helpers.fake_sweep_record(
+      records / f"grpo_s{seed}", "grpo", seed, 0.30, 60, [1, 3] * 20, hack_p, rng
+    )
+    helpers.fake_sweep_record(
+      records / f"gagar_s{seed}", "gagar", seed, 0.40, 10, [1, 1.2] * 20, 0.05, rng
+    )
   out = _script(
     f"--sweep={SWEEP}",
     f"--records={records}",
@@ -137,8 +95,8 @@ def test_report_from_committed_records(tmp_path):
 
 def test_report_with_one_seed_says_its_intervals_are_over_tasks_only(tmp_path):
   records, rng = tmp_path / "records", np.random.default_rng(0)
-  _fake_record(records / "grpo_s0", "grpo", 0, 0.30, 60, [1, 3] * 20, 0.4, rng)
-  _fake_record(records / "gagar_s0", "gagar", 0, 0.40, 10, [1, 1.2] * 20, 0.05, rng)
+  helpers.fake_sweep_record(records / "grpo_s0", "grpo", 0, 0.30, 60, [1, 3] * 20, 0.4, rng)
+  helpers.fake_sweep_record(records / "gagar_s0", "gagar", 0, 0.40, 10, [1, 1.2] * 20, 0.05, rng)
   _script(
     f"--sweep={SWEEP}",
     f"--records={records}",
@@ -242,7 +200,7 @@ def test_a_record_with_lost_log_rows_is_refused(tmp_path):
   # A run's log that lacks steps (here the first 18, lost when its workdir was removed under
   # a training process left running) would give run-level figures from part of the run.
   record = tmp_path / "grpo_s3"
-  _fake_record(record, "grpo", 3, 0.3, 0, [1, 3], 0.0, np.random.default_rng(0))
+  helpers.fake_sweep_record(record, "grpo", 3, 0.3, 0, [1, 3], 0.0, np.random.default_rng(0))
   assert runner.missing_steps(str(record)) == []
   assert report.load_run(str(record))["level"]["grad_norm_var"] == 1.0
   rows = (record / "metrics.jsonl").read_text().splitlines()
@@ -261,7 +219,7 @@ def test_a_record_with_duplicated_rows_or_a_broken_file_is_refused(tmp_path):
   # Regression: gagar_s0 (pressure_all) logged steps 1-12 twice after a restart and the
   # aggregation counted them twice. A broken record file names itself.
   record = tmp_path / "gagar_s0"
-  _fake_record(record, "gagar", 0, 0.3, 0, [1, 3], 0.0, np.random.default_rng(0))
+  helpers.fake_sweep_record(record, "gagar", 0, 0.3, 0, [1, 3], 0.0, np.random.default_rng(0))
   report.load_run(str(record))
   metrics_file = record / "metrics.jsonl"
   rows = metrics_file.read_text().splitlines()

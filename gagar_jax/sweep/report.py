@@ -248,20 +248,20 @@ def claim_rows(arms: dict[str, dict[int, dict]], draws: int) -> list[dict]:
     if figure in table:
       ta = {s: r["test"] for s, r in arms[a].items()}
       tb = {s: r["test"] for s, r in arms[b].items()}
-      point, lo, hi = stats.paired_interval(ta, tb, table[figure][0], draws=draws)
+      point, lo, hi, p = stats.paired_test(ta, tb, table[figure][0], draws=draws)
       over = "seeds x tasks"
     elif figure in OOD_STATS:
       ta = {s: r["ood"] for s, r in arms[a].items() if "ood" in r}
       tb = {s: r["ood"] for s, r in arms[b].items() if "ood" in r}
       if not set(ta) & set(tb):
         continue
-      point, lo, hi = stats.paired_interval(ta, tb, OOD_STATS[figure], draws=draws)
+      point, lo, hi, p = stats.paired_test(ta, tb, OOD_STATS[figure], draws=draws)
       over = "seeds x tasks"
     else:
       assert figure in levels, figure
       va = {s: r["level"][figure] for s, r in arms[a].items()}
       vb = {s: r["level"][figure] for s, r in arms[b].items()}
-      point, lo, hi = stats.seed_interval(va, vb)
+      point, lo, hi, p = stats.seed_test(va, vb)
       over = "seeds"
     fn = table[figure][0] if figure in table else OOD_STATS.get(figure)
     if fn is not None and fn is not stats.episode_tokens:  # a rate or share: a - b in [-1, 1]
@@ -278,6 +278,7 @@ def claim_rows(arms: dict[str, dict[int, dict]], draws: int) -> list[dict]:
         point=point,
         lo=lo,
         hi=hi,
+        p=p,
         over=over,
         seeds=seeds,
         verdict=stats.verdict(point, lo, hi, higher),

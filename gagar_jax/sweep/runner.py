@@ -264,9 +264,61 @@ def save_record(run: dict, workdir: str, record_dir: str, seconds: float) -> Non
   meta = {k: run[k] for k in ("name", "arm", "config", "overrides")}
   meta["seed"] = int(run["name"].rsplit("_s", 1)[1])
   meta["sitting_minutes"] = seconds / 60
+  meta["commit"] = code_commit()
   with open(os.path.join(record_dir, "record.json"), "w") as f:
     json.dump(meta, f, indent=2)
 
 
 def finished(record_dir: str) -> bool:
   return os.path.exists(os.path.join(record_dir, "record.json"))
+
+
+def run_missing(sweep: dict, records: str, root: str, options: RunOptions, max_runs: int = 0):
+  """Runs the sweep's runs that have no record in `records` yet, in order, at most
+  `max_runs` (0: all), each in `root/<sweep>/<run>` (resuming what a workdir holds), and
+  records each as it finishes. Returns how many it ran."""
+  started = 0
+  for run in sweep["runs"]:
+    record_dir = os.path.join(records, run["name"])
+    if finished(record_dir):
+      continue
+    if max_runs and started >= max_runs:
+      print(f"[sweep] --max_runs={max_runs} reached; the rest next sitting", flush=True)
+      break
+    started += 1
+    workdir = os.path.join(root, sweep["name"], run["name"])
+    os.makedirs(workdir, exist_ok=True)
+    print(f"[sweep] running {run['name']} in {workdir} ...", flush=True)
+    seconds = run_one(run, workdir, sweep.get("world", "default"), options)
+    save_record(run, workdir, record_dir, seconds)
+    print(f"[sweep] {run['name']} done in {seconds / 60:.1f} min; record {record_dir}", flush=True)
+  return started
+
+
+def code_commit() -> str:
+  """The commit of the code that ran (with "+changes" if the tree differs from it), or
+  "unknown" outside a git checkout."""
+  try:
+    head = subprocess.run(
+      ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+      [
+        "git",
+        "status",
+        "--porcelain",
+        "--untracked-files=no",
+        "--",
+        "gagar_jax",
+        "configs",
+        "experiments",
+        "assets",
+      ],
+      cwd=REPO,
+      capture_output=True,
+      text=True,
+      check=True,
+    ).stdout.strip()
+  except (OSError, subprocess.CalledProcessError):
+    return "unknown"
+  return head + ("+changes" if dirty else "")
