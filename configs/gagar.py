@@ -28,9 +28,8 @@ from __future__ import annotations
 import ml_collections
 
 from configs import common
-from gagar_jax import arms, rollout
-from gagar_jax.grading import backends, openai_grader
-from gagar_jax.learner.config import LearnerConfig
+from gagar_jax import arms, run_config
+from gagar_jax.grading import backends
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -51,101 +50,43 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     raise ValueError(f"arm={args.arm!r}: must be one of {tuple(arms.ARMS)}")
   if args.grader not in backends.BACKENDS:
     raise ValueError(f"grader={args.grader!r}: must be one of {backends.BACKENDS}")
-  c = ml_collections.ConfigDict()
-  # The experiment arm (see the module docstring).
-  c.arm = args.arm
-  # Seed for data order, sampling and (if no warm start) parameter init.
-  c.seed = args.seed
-  # Where TFDS datasets are built and read.
-  c.data_dir = "data/tfds"
-  # Pre-RL policy: a policy folder (tokenizer/, model.json, params.safetensors; what
-  # experiments/sft.py --export writes; the repository ships assets/pre_rl), a Hugging
-  # Face Qwen2 / Llama folder (config.json, safetensors, tokenizer.json + chat template)
-  # or a llama.cpp GGUF file of one.
-  c.init_from = "assets/pre_rl"
-  # A chat template (.jinja file or Jinja text) replacing the checkpoint's ("" = its own).
-  c.chat_template = ""
-  # RL steps.
-  c.steps = 40
-  # Groups (tasks) per step; each holds rollout.group_size trajectories.
-  c.num_groups = 8
+  # Every field and its default: gagar_jax/run_config.py RLConfig (parsed from this tree by
+  # the trainer). Here only what differs, and the sections other modules own.
+  c = common.section(
+    run_config.RLConfig,
+    # The advantage fields an arm sets (arms.ADVANTAGE_FIELDS) are left out: the trainer
+    # takes them from `arm` (arms.learner_config). The API key is read from the
+    # environment, never from the config.
+    omit=(*(f"learner.advantage.{f}" for f in arms.ADVANTAGE_FIELDS), "grader.openai.api_key"),
+    arm=args.arm,
+    seed=args.seed,
+    model_preset=size,
+    # The tiny policy's episodes fit in 448 slots; dynamic sampling redraws up to 3 batches.
+    rollout={"max_episode_tokens": 448, "max_rounds": 3},
+    # RL from a warm start takes a constant 2e-4 after 2 warmup steps (the dataclass: a
+    # cosine from 1e-4).
+    learner={"optim": {"learning_rate": 2e-4, "schedule": "constant", "warmup_steps": 2}},
+    grader={
+      "backend": args.grader,
+      "openai": {"model": "gagar-lm-grader"},
+      # Seconds per group from its submission: a model grader queues for one model.
+      "timeout_s": 20.0 if args.grader == "rubric" else 90.0,
+    },
+    world=args.world,
+  )
   # Model shape preset. The shape is the warm start's (vocab_size from its tokenizer); a
   # field set apart from the preset must match a policy folder's, and with an HF folder
   # or GGUF init_from only dtype, param_dtype and max_seq_len may be changed here.
-  c.model_preset = size
   c.model = common.model_config(size)
   c.mesh = common.mesh_config()
   c.sharding_rules = common.sharding_rules()
   c.distributed = common.distributed_config()
-
   # The task suites: one (minirepo, humaneval) or a weighted mixture
   # (suite=minirepo:0.8+humaneval:0.2); each suite's knobs in its sub-section.
   c.suite = common.suite_config(args.suite)
 
-  # Rollouts (gagar_jax/rollout.py RolloutConfig, where each field is explained): the
-  # tiny policy's episodes fit in 448 slots; dynamic sampling redraws up to 3 batches.
-  c.rollout = common.section(rollout.RolloutConfig, max_episode_tokens=448, max_rounds=3)
-
-  # The learner (gagar_jax/learner/config.py LearnerConfig): RL from a warm start takes a
-  # constant 2e-4 after 2 warmup steps (the dataclass: a cosine from 1e-4). The advantage
-  # fields an arm sets (arms.ADVANTAGE_FIELDS) are left out: the trainer takes
-  # them from `arm` (arms.learner_config).
-  c.learner = common.section(
-    LearnerConfig,
-    omit=tuple(f"advantage.{f}" for f in arms.ADVANTAGE_FIELDS),
-    optim={"learning_rate": 2e-4, "schedule": "constant", "warmup_steps": 2},
-  )
-  # PPO updates per rollout batch (each a full pass over the batch).
-  c.updates_per_batch = 1
-
-  # The grader (used by every arm but grpo).
-  c.grader = ml_collections.ConfigDict()
-  # Backend: rubric (the deterministic agentic grader), lm (the SFT-trained LM grader,
-  # in-process) or openai (the same agent against an OpenAI-compatible endpoint).
-  c.grader.backend = args.grader
-  # The suites whose groups are graded ("" = those graded by default: minirepo); groups of
-  # the others get plain GRPO advantages in the same batch.
-  c.grader.suites = ""
-  # lm: a grader folder (experiments/sft.py --config=configs/grader_sft.py --export=DIR).
-  c.grader.lm_path = "assets/lm_grader"
-  # openai: endpoint, model and key ("" -> $OPENAI_BASE_URL, $OPENAI_MODEL, $<api_key_env>).
-  # (gagar_jax/grading/openai_grader.py OpenAIConfig; the key is read from the environment,
-  # never from the config, so it is not written into a workdir.)
-  c.grader.openai = common.section(
-    openai_grader.OpenAIConfig, omit=("api_key",), model="gagar-lm-grader"
-  )
-  # Budgets of the lm / openai grading agent.
-  c.grader.agent = common.grader_agent()
-  c.grader.workers = 2
-  # Seconds per group from its submission (a model grader queues for one model).
-  c.grader.timeout_s = 20.0 if args.grader == "rubric" else 90.0
-  # reward_shaping: reward = passed + coef * (1 - rank / max_rank) for passing trajectories.
-  c.grader.shaping_coef = 0.5
-
-  # Periodic evaluation on held-out validation tasks, and at the end on test tasks.
-  c.eval = ml_collections.ConfigDict()
-  c.eval.every_steps = 10
-  c.eval.tasks = 32
-  c.eval.final_tasks = 64
-  c.eval.group_size = 4
-
-  # The group inspector (experiments/inspect_groups.py): a record of every kept group per step
-  # in workdir/groups (actions, diffs, grader output, advantages before / after); past
-  # max_steps step files the oldest half is thinned.
-  c.inspect = ml_collections.ConfigDict()
-  c.inspect.record = True
-  c.inspect.max_steps = 200
-
-  # Checkpoints under workdir/checkpoints every this many steps (and at the end).
-  c.checkpoint_every = 10
-  # Resuming a workdir with a config that differs outside gagar_jax/workdir.py's
-  # SAFE_ON_RESUME fields is refused; True goes on anyway (logged in config_changes.jsonl).
-  c.resume_override = False
-  c.sandbox_workers = 2
-
   # The MiniRepo world (configs/common.py apply_world): default, or pressure (vague reports,
   # weak and scoped hidden tests; the warm start SFT-trained there, assets/pre_rl_pressure).
-  c.world = args.world
   common.apply_world(c, args.world)
   if args.world.startswith("pressure"):
     c.init_from = "assets/pre_rl_pressure"

@@ -233,14 +233,12 @@ def describe(policy: Policy) -> str:
 def open_from_config(config) -> Policy:
   """`open_policy` on an experiment config's `init_from`, `model` (from the size preset
   `model_preset`) and `chat_template`."""
-  preset = None
-  if config.get("model_preset"):
-    preset = presets.get(config.model_preset)
+  name = getattr(config, "model_preset", "")
   return open_policy(
     config.init_from,
     config.model,
-    preset=preset,
-    chat_template_spec=config.get("chat_template", ""),
+    preset=presets.get(name) if name else None,
+    chat_template_spec=getattr(config, "chat_template", ""),
   )
 
 

@@ -31,12 +31,13 @@ from gagar_jax import (
   policy_io,
   progress,
   rollout,
+  run_config,
   sharding,
   skeleton,
   suites,
 )
 from gagar_jax import metrics as metrics_lib
-from gagar_jax.configlib import check, check_positive_ints, from_dict
+from gagar_jax.configlib import check
 from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
 from gagar_jax.errors import ConfigError
 from gagar_jax.grading import backends
@@ -49,39 +50,26 @@ from gagar_jax.learner.step import Batch, Groups, NonFiniteError
 from gagar_jax.models import chat_template
 
 
-def parse_config(config):
-  """Validates every section up front; returns (LearnerConfig, RolloutConfig, Policy)."""
-  arms_lib.get(config.arm)
-  backends.check_config(config.grader)
-  check_positive_ints(config, ("steps", "num_groups", "updates_per_batch", "checkpoint_every"))
-  check(config.eval.every_steps > 0, "eval.every_steps", "must be > 0")
-  check(config.grader.timeout_s > 0, "grader.timeout_s", "must be > 0")
-  check(config.grader.workers > 0, "grader.workers", "must be > 0")
-  check(config.inspect.max_steps > 0, "inspect.max_steps", "must be > 0")
-  learner_cfg = arms_lib.learner_config(config.arm, config.learner)
-  rollout_cfg = from_dict(rollout.RolloutConfig, config.rollout, "rollout")
-  check(
-    rollout_cfg.group_size >= 2,
-    "rollout.group_size",
-    f"must be >= 2 for RL, got {rollout_cfg.group_size}: a group of one has no baseline, so "
-    "every advantage would be 0 and no step would learn",
-  )
-  graded_suites(config)  # checks the suite section and grader.suites
-  files.writable_folder(config.data_dir, "data_dir")  # where the TFDS suites are built
-  policy = policy_io.open_from_config(config)
+def parse_config(config) -> tuple[run_config.RLConfig, policy_io.Policy]:
+  """Validates the whole config up front: (the typed config, the warm start's Policy)."""
+  run = run_config.parse(config)
+  backends.check_config(run.grader)  # the lm grader's folder, the endpoint's address
+  graded_suites(run)  # checks the suite section and grader.suites
+  files.writable_folder(run.data_dir, "data_dir")  # where the TFDS suites are built
+  policy = policy_io.open_from_config(run)
   try:  # the episode format must render (system message, tool turns, stop tokens)
-    rollout.agent_format(policy.tok, rollout_cfg)
+    rollout.agent_format(policy.tok, run.rollout)
   except chat_template.TemplateError as e:
     raise ConfigError("chat_template", str(e)) from None
   # The episode must fit the model's positions (the warm start's, which the run uses).
   max_seq_len = policy.model_config.max_seq_len
   check(
-    rollout_cfg.max_episode_tokens <= max_seq_len,
+    run.rollout.max_episode_tokens <= max_seq_len,
     "rollout.max_episode_tokens",
-    f"{rollout_cfg.max_episode_tokens} exceeds the model's max_seq_len={max_seq_len} "
-    f"(of the warm start in {config.init_from})",
+    f"{run.rollout.max_episode_tokens} exceeds the model's max_seq_len={max_seq_len} "
+    f"(of the warm start in {run.init_from})",
   )
-  return learner_cfg, rollout_cfg, policy
+  return run, policy
 
 
 def batch_metrics(groups) -> dict[str, float]:
@@ -115,18 +103,18 @@ def batch_metrics(groups) -> dict[str, float]:
   return out
 
 
-def graded_suites(config) -> frozenset[str]:
+def graded_suites(config: run_config.RLConfig) -> frozenset[str]:
   """The suites of the mixture whose groups go to the grader (`grader.suites`, "" = those
   graded by default); the others get plain GRPO advantages in the same batch."""
   mixture = suites.check_config(config.suite)
   names = [n for n, _ in mixture]
-  spec = config.grader.get("suites", "")
+  spec = config.grader.suites
   if not spec:
     return frozenset(n for n in names if suites.get(n).graded)
   chosen = [x.strip() for x in spec.split(",") if x.strip()]
   for name in chosen:
     suites.get(name, "grader.suites")
-    check(name in names, "grader.suites", f"{name!r} is not in suite.name={config.suite.name!r}")
+    check(name in names, "grader.suites", f"{name!r} is not in suite.name={config.suite['name']!r}")
   return frozenset(chosen)
 
 
@@ -170,8 +158,9 @@ class Trainer:
   def __init__(self, config, workdir: str, profile_steps: tuple[int, int] | None = None):
     # RL steps [a, b) traced with jax.profiler into workdir/profile (TensorBoard/XProf).
     self.profile_steps = profile_steps
-    self.config, self.workdir = config, workdir
-    self.learner_cfg, self.rollout_cfg, policy = parse_config(config)  # before any compute
+    self.workdir = workdir
+    raw, (config, policy) = config, parse_config(config)  # before any compute
+    self.config, self.learner_cfg, self.rollout_cfg = config, config.learner, config.rollout
     self.tok, self.model_config = policy.tok, policy.model_config
 
     def checks():  # those that need the process count; then the workdir becomes this run's
@@ -186,7 +175,7 @@ class Trainer:
         config.num_groups, self.mesh, self.learner_cfg.micro_batches, config.sharding_rules
       )
 
-    skeleton.begin(config, workdir, "rl", checks=checks, log=lambda line: self.hosts.log(line))
+    skeleton.begin(raw, workdir, "rl", checks=checks, log=lambda line: self.hosts.log(line))
     self.local_groups = config.num_groups // self.hosts.count
     # Rollouts run on this process's devices only (one mesh per host), with a per-host
     # replica of the weights (`Hosts.replicate`); one process: the learner's mesh.

@@ -173,7 +173,7 @@ def _hf_rl_config(folder, **overrides):
 
 
 def test_hf_init_takes_the_shape_from_config_json():
-  _, _, policy = trainer.parse_config(_hf_rl_config(_folder("llama")))
+  _, policy = trainer.parse_config(_hf_rl_config(_folder("llama")))
   c = policy.model_config
   assert (c.vocab_size, c.embed_dim, c.head_dim, c.tie_embeddings) == (1024, 64, 24, False)
   assert dict(c.rope_scaling)["factor"] == 8.0 and c.max_seq_len == 4096
@@ -182,7 +182,7 @@ def test_hf_init_takes_the_shape_from_config_json():
     config = gagar_config.get_config(f"size={size},demo=True")
     config.init_from, config.rollout.max_episode_tokens = _folder("qwen2"), 1024
     config.model.dtype, config.model.max_seq_len = "bfloat16", 2048
-    policy = trainer.parse_config(config)[2]
+    policy = trainer.parse_config(config)[1]
     assert policy.model_config.embed_dim == 64 and policy.model_config.qkv_bias
     assert (policy.model_config.dtype, policy.model_config.max_seq_len) == ("bfloat16", 2048)
   config = sft_config.get_config("size=small")

@@ -309,8 +309,8 @@ class TrainStep:
   forward pass with its residuals (`jax.vjp`), then the backward pass, then the optimizer
   update. On XLA:CPU this is 1.5-1.8x faster than the one fused program (whose forward
   matmuls and elementwise ops run several times slower than the same ops in a
-  forward-only program), at the price of a few dispatches. Both give the same update. `lower` always lowers the
-  fused program (the planner reads its memory analysis).
+  forward-only program), at the price of a few dispatches. Both give the same update.
+  `lower` always lowers the fused program (the planner reads its memory analysis).
 
   `on_policy=True`: the batch was sampled by `state.params` and this is its first update,
   so the old log-probs are the current ones: the loss takes them from its own forward pass
