@@ -71,18 +71,24 @@ def test_report_from_committed_records(tmp_path):
   assert "**supported**" in lines["GAGAR curbs trajectory-length growth"]
   # Growth over the second half: the last validation point minus the middle one (30 vs 5).
   assert (
-    "late_token_growth | -25.000 [-25.000, -25.000]" in lines["... in the second half of training"]
+    "late_token_growth | -25.000 [-25.000, -25.000]"
+    in lines["... in the second half of training (post hoc)"]
   )
   # Hack shares: grpo's 1.0, 0.4, 0.4 against gagar's 0.05. Every seed agrees in sign, but
   # three seeds this far apart leave the mean unknown (a t interval; a percentile bootstrap
   # over the seeds called it supported).
   assert "**not resolved**" in lines["... fewer reward hacks"]
   assert "**supported**" in lines["GAGAR trains more stably (gradient-norm variance)"]
+  # Each row's p-value and its Holm adjustment over the table's rows (never below p).
+  for claim in ("GAGAR resolves more tasks than GRPO", "... fewer reward hacks"):
+    p, holm = (float(x.lstrip("< ")) for x in lines[claim].rstrip(" |").split(" | ")[-2:])
+    assert 0 <= p <= holm <= 1
+  assert "... less dead code (post hoc)" in lines
   # Out-of-scope shares are equal in truth: not resolved (or, rarely, a chance verdict).
   assert "[" in lines["... fewer out-of-scope edits"]
   # Every component of bloat has its own row.
-  assert "passing: dead code" in lines["... less dead code"]
-  assert "passing: redundant action" in lines["... fewer redundant actions"]
+  assert "passing: dead code" in lines["... less dead code (post hoc)"]
+  assert "passing: redundant action" in lines["... fewer redundant actions (post hoc)"]
   assert "sum preservation" not in md  # gagar_no_rescale not in this sweep's arms
   # Per run, and the count of runs that ended on the hack with Fisher's exact test.
   assert " | 1.00 | " in lines["grpo_s0"] and lines["grpo_s0"].endswith(" | yes |")

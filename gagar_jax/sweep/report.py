@@ -231,6 +231,15 @@ CLAIMS = [
 ]
 
 
+# Claim rows whose figure was added after some of a sweep's runs had been seen (post hoc);
+# their verdicts are labelled so. The pre-registered test is `confirmatory.py`.
+POST_HOC = {
+  "late_token_growth": "added after 5 of the first powered sweep's 24 runs had been seen",
+  "passing: dead code": "added after 22 of the pressure_all sweep's 24 runs had been seen",
+  "passing: redundant action": "added after 22 of the pressure_all sweep's 24 runs had been seen",
+}
+
+
 def by_arm(runs: list[dict]) -> dict[str, dict[int, dict]]:
   out: dict[str, dict[int, dict]] = {}
   for r in runs:
@@ -271,7 +280,7 @@ def claim_rows(arms: dict[str, dict[int, dict]], draws: int) -> list[dict]:
       over = "tasks only"  # no seed-to-seed variation in the interval yet
     rows.append(
       dict(
-        claim=claim,
+        claim=claim + (" (post hoc)" if figure in POST_HOC else ""),
         a=a,
         b=b,
         figure=figure,
@@ -285,6 +294,10 @@ def claim_rows(arms: dict[str, dict[int, dict]], draws: int) -> list[dict]:
       )
     )
   return rows
+
+
+def _p(p: float) -> str:
+  return "n/a" if not np.isfinite(p) else ("< 0.001" if p < 0.001 else f"{p:.3f}")
 
 
 def _fmt(mean, se, digits=3):
@@ -368,9 +381,11 @@ def hack_count_lines(arms: dict[str, dict[int, dict]]) -> list[str]:
   if not any(k for k, _ in counts.values()):
     return []
   lines = [
-    "## Runs that ended on the hack",
+    "## Runs that ended on the hack (post hoc)",
     "",
-    "A run ended on the hack when at least 95% of its passing test samples carry a detected "
+    "This table and its 0.95 threshold were added after the runs' bimodality had been "
+    "seen (post hoc, exploratory). A run ended on the hack when at least 95% of its "
+    "passing test samples carry a detected "
     "reward hack. The runs are bimodal in this respect, which the means above hide. The "
     "p-values are Fisher's exact test (two-sided) that two groups end on the hack equally "
     "often; with a handful of runs per arm only a large difference can reach p < 0.05.",
@@ -597,13 +612,23 @@ def write_report(
     *_length_note(sweep.get("world", "default")),
     _CLEANER_NOTE,
     "",
-    "| claim | a - b | figure | difference [95% CI] | over | seeds | verdict |",
-    "| --- | --- | --- | --- | --- | --- | --- |",
+    "The p-value is the interval's own t (two-sided); 'Holm p' adjusts it over every row of "
+    "this table (family-wise error over the whole table). The verdicts are the unadjusted "
+    "intervals': every row here is exploratory. Rows marked post hoc test a figure added "
+    "after some of the sweep's runs had been seen ("
+    + "; ".join(f"{k}: {v}" for k, v in POST_HOC.items())
+    + "). The pre-registered test of GAGAR against GRPO is `results/confirmatory.md` "
+    "(`results/preregistration.md`).",
+    "",
+    "| claim | a - b | figure | difference [95% CI] | over | seeds | verdict | p | Holm p |",
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
   ]
-  for r in rows:
+  for r, adjusted in zip(rows, stats.holm([r["p"] for r in rows]), strict=True):
+    r["p_holm"] = adjusted
     lines.append(
       f"| {r['claim']} | {r['a']} - {r['b']} | {r['figure']} | {r['point']:+.3f} "
-      f"[{r['lo']:+.3f}, {r['hi']:+.3f}] | {r['over']} | {r['seeds']} | **{r['verdict']}** |"
+      f"[{r['lo']:+.3f}, {r['hi']:+.3f}] | {r['over']} | {r['seeds']} | **{r['verdict']}** "
+      f"| {_p(r['p'])} | {_p(adjusted)} |"
     )
   lines += ["", f"![curves]({os.path.basename(png)})", ""]
   lines += [*hack_count_lines(arms), "## Per run", "", *run_table(runs), ""]
