@@ -18,83 +18,28 @@ from __future__ import annotations
 import ml_collections
 
 from configs import common
-from gagar_jax import rollout, sft
-from gagar_jax.envs import expert
+from gagar_jax import run_config
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   args = common.parse_arg(arg, size="tiny", runlocal=False, suite="minirepo", world="default")
-  c = ml_collections.ConfigDict()
-  # Seed for parameter init, data order and sampling.
-  c.seed = 0
-  # Where TFDS datasets are built and read (built on first use).
-  c.data_dir = "data/tfds"
-  # Stop training after this many minutes even if sft.steps is not reached (0 = no limit).
-  c.time_budget_minutes = 0.0
-  # Start from this policy folder, Hugging Face folder or GGUF file ("" = random weights
-  # and a BPE trained on the demonstrations). With an HF folder or GGUF file the model
-  # shape and tokenizer are its own.
-  c.init_from = ""
-  # A chat template (.jinja file or Jinja text) replacing the checkpoint's ("" = its own).
-  c.chat_template = ""
-  # Model shape preset (gagar_jax/models/presets.py); vocab_size follows the tokenizer. With an
-  # HF or GGUF init_from only dtype, param_dtype and max_seq_len may differ from its own.
-  c.model_preset = args.size
+  # Every field and its default: gagar_jax/run_config.py PolicySFTConfig (habits, the
+  # optimizer, evaluation and rollout budgets; parsed from this tree by gagar_jax/sft.py).
+  # Here only what differs, and the sections other modules own.
+  c = common.section(
+    run_config.PolicySFTConfig,
+    # Evaluation draws each task's group once (eval.group_size samples).
+    omit=("rollout.group_size", "rollout.dynamic_sampling", "rollout.max_rounds"),
+    model_preset=args.size,
+  )
   c.model = common.model_config(args.size)
-  # BPE vocabulary trained on the demonstrations (bytes + specials + merges).
-  c.tokenizer_vocab_size = 512
   c.mesh = common.mesh_config()
   c.sharding_rules = common.sharding_rules()
   c.distributed = common.distributed_config()
-
   # The task suites whose expert demonstrations are trained on (one, or a mixture
   # "minirepo+humaneval"; see gagar_jax/suites.py) and whose validation / test tasks
   # are evaluated; each suite's knobs in its sub-section.
   c.suite = common.suite_config(args.suite)
-
-  # Share of demonstrations carrying each habit (gagar_jax/envs/expert.py HabitConfig; the
-  # grader should rank them down).
-  c.habits = common.section(
-    expert.HabitConfig,
-    redundant_view=0.15,
-    extra_test=0.2,
-    out_of_scope=0.35,
-    dead_code=0.3,
-    large_edit=0.15,
-    no_test=0.2,
-  )
-
-  # The optimizer and batches (gagar_jax/sft.py SFTConfig): 2200 cosine steps over
-  # sequences of 320 tokens.
-  c.sft = common.section(sft.SFTConfig, seq_len=320, steps=2200)
-
-  # Sampled evaluation on held-out tasks (the calibration figures).
-  c.eval = ml_collections.ConfigDict()
-  # Evaluate every this many steps (and at the end).
-  c.eval.every_steps = 400
-  # Validation tasks per periodic evaluation, test tasks at the end.
-  c.eval.tasks = 48
-  c.eval.final_tasks = 128
-  # Samples per task (groups of this size).
-  c.eval.group_size = 8
-
-  # Episode budgets and sampling for evaluation rollouts (gagar_jax/rollout.py
-  # RolloutConfig; the groups are eval.group_size, drawn once). The system message is
-  # also the one the demonstrations are encoded with.
-  c.rollout = common.section(
-    rollout.RolloutConfig,
-    omit=("group_size", "dynamic_sampling", "max_rounds"),
-    max_episode_tokens=448,
-  )
-
-  # Checkpoints under workdir/checkpoints.
-  c.checkpoint_every = 500
-  # Resuming a workdir with a config that differs outside gagar_jax/workdir.py's
-  # SAFE_ON_RESUME fields is refused; True goes on anyway (logged in config_changes.jsonl).
-  c.resume_override = False
-
-  # Sandbox pool for tests and evaluation.
-  c.sandbox_workers = 2
 
   # The MiniRepo world (configs/common.py apply_world). pressure: the warm start
   # assets/pre_rl_pressure, assets/pre_rl fine-tuned on that world's demonstrations with

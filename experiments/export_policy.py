@@ -31,7 +31,7 @@ def main(argv):
   tok = tokenizers.HFTokenizer.from_file(os.path.join(workdir, "tokenizer"))
   model_config = transformer.ModelConfig.from_dict({**config.model, "vocab_size": tok.vocab_size})
   mesh = sharding.make_mesh(config.mesh)
-  trainer = sft.SFTTrainer(sft.parse_config(config), model_config, mesh)
+  trainer = sft.SFTTrainer(sft.parse_config(config).sft, model_config, mesh)
   ckpt = Checkpointer(
     os.path.join(workdir, "checkpoints"), trainer.abstract_state, trainer.state_shardings
   )

@@ -16,34 +16,37 @@ grader folder: the policy_io layout plus grader.json (context, observation cut).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
 import time
 
-from gagar_jax import policy_io, rollout, sft, skeleton
+from gagar_jax import policy_io, rollout, run_config, sft, skeleton
 from gagar_jax.configlib import check
-from gagar_jax.grading import backends, demos, lm_grader
+from gagar_jax.grading import demos, lm_grader
 
 
 def data_config(config):
-  """The grader-demos dataset config; building it samples the policy (`sample_records`)."""
+  """The grader-demos dataset config of a grader SFT config (raw or typed); building it
+  samples the policy (`sample_records`)."""
   # (tensorflow_datasets takes seconds to import: only where data is read or built)
   from gagar_jax.data import builders
 
-  policy_dir = config.grader_data.policy_dir
+  config = run_config.parse_sft(config)
+  data = config.grader_data
   return builders.grader_demos_config(
     builders.suite_from_config(config.suite),
-    policy_dir,
-    policy_io.fingerprint(policy_dir),
+    data.policy_dir,
+    policy_io.fingerprint(data.policy_dir),
     generate=sample_records,
-    n_train_tasks=config.grader_data.n_train_tasks,
-    n_validation_tasks=config.grader_data.n_validation_tasks,
-    group_size=config.grader_data.group_size,
-    variants=config.grader_data.variants,
-    full_copies=config.grader_data.full_copies,
-    hack_every=config.grader_data.hack_every,
-    max_turns=config.grader_data.max_turns,
+    n_train_tasks=data.n_train_tasks,
+    n_validation_tasks=data.n_validation_tasks,
+    group_size=data.group_size,
+    variants=data.variants,
+    full_copies=data.full_copies,
+    hack_every=data.hack_every,
+    max_turns=data.max_turns,
     max_obs_chars=config.agent.max_observation_chars,
     seed=config.seed,
   )
@@ -104,16 +107,19 @@ def _demonstrations(config):
 
 
 def run(config, workdir: str, export: str = "") -> dict:
+  """The LM grader's training: demonstrations, SFT with periodic agreement checks, the
+  final agreement on every held-out group. Writes to `workdir` as `sft.run` does (and the
+  grader folder to `export`). Returns the summary."""
   start = time.time()
-  sft.parse_config(config)  # before any compute
+  raw, config = config, sft.parse_config(config)  # before any compute
   check(
-    config.agent.max_total_tokens <= config.context,
-    "agent.max_total_tokens",
-    f"{config.agent.max_total_tokens} exceeds the grader's context={config.context}",
+    isinstance(config, run_config.GraderSFTConfig),
+    "target",
+    "must be grader here (configs/grader_sft.py); the policy trains with sft.run",
   )
-  skeleton.begin(config, workdir, "grader_sft", export=export)  # the whole config is valid
+  skeleton.begin(raw, workdir, "grader_sft", export=export)  # the whole config is valid
   train, held_out, pairs = _demonstrations(config)
-  acfg = backends.agent_config(config.agent, "agent")
+  acfg = config.agent
   eval_records = held_out[: config.eval.groups]
 
   def make_grader(model_config, tok, params):
@@ -180,7 +186,7 @@ def export_grader(path: str, fitted, config) -> None:
       {
         "context": config.context,
         "max_obs_tokens": config.max_obs_tokens,
-        "agent": dict(config.agent),
+        "agent": dataclasses.asdict(config.agent),
       },
       f,
       indent=2,

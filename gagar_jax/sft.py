@@ -22,79 +22,39 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gagar_jax import evaluation, files, policy_io, rollout, sharding, skeleton, suites
+from gagar_jax import evaluation, files, policy_io, rollout, run_config, sharding, skeleton, suites
 from gagar_jax import metrics as metrics_lib
-from gagar_jax.configlib import check, check_positive_ints, from_dict
-from gagar_jax.envs import expert, transcript
+from gagar_jax.configlib import check
+from gagar_jax.envs import transcript
 from gagar_jax.envs.sandbox import SandboxConfig, SandboxPool
 from gagar_jax.errors import ConfigError
 from gagar_jax.learner import step as step_lib
 from gagar_jax.learner import train_state
 from gagar_jax.learner.checkpoint import Checkpointer
-from gagar_jax.learner.config import OptimConfig
 from gagar_jax.models import chat_template, tokenizers, transformer
 
 
-@dataclasses.dataclass(frozen=True)
-class SFTConfig:
-  batch_size: int = 16
-  seq_len: int = 384
-  steps: int = 2000
-  learning_rate: float = 2e-3
-  warmup_steps: int = 50
-  min_lr_ratio: float = 0.1
-  weight_decay: float = 0.01
-  max_grad_norm: float = 1.0
-  context_loss_weight: float = 0.25
-
-  def __post_init__(self):
-    check_positive_ints(self, ("batch_size", "seq_len", "steps"))
-    check(
-      0 <= self.context_loss_weight <= 1,
-      "context_loss_weight",
-      f"must be in [0, 1], got {self.context_loss_weight}",
-    )
-
-  def optim(self) -> OptimConfig:
-    return OptimConfig(
-      learning_rate=self.learning_rate,
-      schedule="cosine",
-      # At least one step after warmup (the cosine needs a positive decay length).
-      warmup_steps=min(self.warmup_steps, self.steps - 1),
-      total_steps=self.steps,
-      min_lr_ratio=self.min_lr_ratio,
-      weight_decay=self.weight_decay,
-      max_grad_norm=self.max_grad_norm,
-    )
-
-
-def parse_config(config) -> SFTConfig:
-  """Validates an SFT config (policy or grader) before any compute; returns its `sft`.
-
-  Every sequence budget must fit the model's positions (`model.max_seq_len`).
-  """
-
-  sft_config = from_dict(SFTConfig, config.sft, "sft")
+def parse_config(config) -> run_config.PolicySFTConfig | run_config.GraderSFTConfig:
+  """The typed config of an SFT tree (policy or grader: `run_config.parse_sft`), validated
+  before any compute: every sequence budget must fit the model's positions
+  (`model.max_seq_len`), and the suites must have demonstrations."""
+  config = run_config.parse_sft(config)
   files.writable_folder(config.data_dir, "data_dir")  # where the TFDS suites are built
   policy = open_init(config)
   if policy is None:
     # The model section's shape (its vocab_size follows the tokenizer, trained later).
     transformer.ModelConfig.from_dict({**config.model, "vocab_size": 1})
-    max_seq_len = config.model.max_seq_len
+    max_seq_len = config.model["max_seq_len"]
   else:
     max_seq_len = policy.model_config.max_seq_len
-  budgets = [("sft.seq_len", sft_config.seq_len)]
-  if "rollout" in config:  # the policy's evaluation episodes
-    rollout_cfg = from_dict(rollout.RolloutConfig, config.rollout, "rollout")
-    budgets.append(("rollout.max_episode_tokens", rollout_cfg.max_episode_tokens))
-    if policy is not None:
-      _format(policy.tok, rollout_cfg.system_prompt)
-  if "habits" in config:
-    from_dict(expert.HabitConfig, config.habits, "habits")
-  if "name" in config.get("suite", {}):  # the policy's suites (the grader's is MiniRepo)
+  budgets = [("sft.seq_len", config.sft.seq_len)]
+  if isinstance(config, run_config.PolicySFTConfig):
+    budgets.append(("rollout.max_episode_tokens", config.rollout.max_episode_tokens))
+    if policy is not None:  # the evaluation episodes' system message in its template
+      _format(policy.tok, config.rollout.system_prompt)
     for name, _ in suites.check_config(config.suite):
       check(suites.get(name).demos is not None, "suite.name", f"{name} has no demonstrations")
-  if "context" in config:  # the LM grader's context window
+  else:  # the LM grader's context window (its suite is MiniRepo)
     budgets.append(("context", config.context))
   for field, value in budgets:
     check(
@@ -102,15 +62,15 @@ def parse_config(config) -> SFTConfig:
       field,
       f"{value} exceeds model.max_seq_len={max_seq_len} (positions the model can hold)",
     )
-  return sft_config
+  return config
 
 
-def open_init(config):
-  """The `init_from` warm start (a policy or HF folder, opened without its weights), or
-  None when SFT starts from random weights and a BPE trained on the demonstrations."""
-  if not config.get("init_from"):
+def open_init(config: run_config.SFTRunConfig):
+  """The policy run's `init_from` warm start (a policy or HF folder or GGUF file, opened
+  without its weights), or None when SFT starts from random weights and a BPE trained on
+  the demonstrations (always for the grader)."""
+  if not isinstance(config, run_config.PolicySFTConfig) or not config.init_from:
     return None
-
   return policy_io.open_from_config(config)
 
 
@@ -159,7 +119,7 @@ LENGTH_BUCKET = 256
 class SFTTrainer:
   """Jitted, sharded supervised steps on (tokens, weights) batches."""
 
-  def __init__(self, config: SFTConfig, model_config, mesh, rules=None):
+  def __init__(self, config: run_config.SFTConfig, model_config, mesh, rules=None):
     self.config, self.model_config, self.mesh, self.rules = config, model_config, mesh, rules
     self.optimizer = train_state.make_optimizer(config.optim())
     self.graphdef, self.abstract_state, self.state_shardings = train_state.state_shardings(
@@ -278,11 +238,12 @@ def _restore(config, trainer, ckpt, writer, policy, mesh, tag: str):
   return state, meta
 
 
-def _train(config, sft_config, trainer, ckpt, writer, state, curve, data, evaluate, tag, start):
+def _train(config, trainer, ckpt, writer, state, curve, data, evaluate, tag, start):
   """The SFT steps in `skeleton.steps`: batches of `data` (tokens, weights), progress
   lines, `evaluate(step, params)` into `curve` every `eval.every_steps`, checkpoints.
   Returns (state, step)."""
   budget = config.time_budget_minutes * 60 or float("inf")
+  sft_config = config.sft
   tokens, weights = data
   batches = trainer.batches(
     tokens, weights, sft_config.batch_size, config.seed, start=int(state.step)
@@ -334,7 +295,7 @@ def _train(config, sft_config, trainer, ckpt, writer, state, curve, data, evalua
 
 
 def fit(
-  config,
+  config: run_config.SFTRunConfig,
   workdir: str,
   pairs,
   evaluate,
@@ -346,16 +307,16 @@ def fit(
 ):
   """The supervised loop shared by the policy and the grader warm starts.
 
-  `pairs`: [(prompt, [(action, observation)])]. With `config.init_from` starts from
-  that policy or HF folder (its tokenizer, template and weights); else trains a BPE on
-  the pairs (or reuses workdir/tokenizer). Encodes them in the tokenizer's chat
-  template with the `system_prompt` mode, trains with `config.sft` under
-  `config.time_budget_minutes`, checkpoints in workdir/checkpoints (resuming from
-  there), and every `config.eval.every_steps` calls `evaluate(trainer, params,
-  model_config, tok, step) -> dict of metrics` (its numbers go to the curve).
+  `config`: the typed config (`parse_config`). `pairs`: [(prompt, [(action, observation)])].
+  With the policy's `init_from` starts from that policy or HF folder or GGUF file (its
+  tokenizer, template and weights); else trains a BPE on the pairs (or reuses
+  workdir/tokenizer). Encodes them in the tokenizer's chat template with the
+  `system_prompt` mode, trains with `config.sft` under `config.time_budget_minutes`,
+  checkpoints in workdir/checkpoints (resuming from there), and every
+  `config.eval.every_steps` calls `evaluate(trainer, params, model_config, tok, step) -> dict
+  of metrics` (its numbers go to the curve).
   """
-
-  sft_config = from_dict(SFTConfig, config.sft, "sft")
+  sft_config = config.sft
   policy = open_init(config)
   tok = _tokenizer(config, workdir, pairs, policy)
   tokens, weights, dropped = encode_demos(
@@ -390,7 +351,6 @@ def fit(
   train_start = time.time()
   state, step = _train(
     config,
-    sft_config,
     trainer,
     ckpt,
     writer,
@@ -412,7 +372,7 @@ def fit(
   )
 
 
-def policy_demos(config):
+def policy_demos(config: run_config.PolicySFTConfig):
   """(pairs, habit shares): the expert demonstrations of every suite of `config.suite`
   ([(prompt, [(action, observation)])]) and, for MiniRepo, the share of demonstrations
   carrying each habit."""
@@ -425,7 +385,8 @@ def policy_demos(config):
   for name, _ in suites.check_config(config.suite):
     if name == "minirepo":  # the scripted expert with its habits (TFDS)
       demos, raw = suites.minirepo_demos(config, "train")
-      habit_share = {h: float(np.mean([h in d["habits"] for d in raw])) for h in config.habits}
+      habits = sorted(f.name for f in dataclasses.fields(config.habits))
+      habit_share = {h: float(np.mean([h in d["habits"] for d in raw])) for h in habits}
     else:
       demos = suites.get(name).demos(config, config.suite[name], "train")
     print(f"[sft] {name}: {len(demos)} demonstrations", flush=True)
@@ -465,11 +426,14 @@ def run(config, workdir: str, export: str = "") -> dict:
   """
 
   start = time.time()
-  parse_config(config)  # before any compute
-  rollout_cfg = dataclasses.replace(
-    from_dict(rollout.RolloutConfig, config.rollout, "rollout"), group_size=config.eval.group_size
+  raw, config = config, parse_config(config)  # before any compute
+  check(
+    isinstance(config, run_config.PolicySFTConfig),
+    "target",
+    "is grader: the grader trains with grader_sft.run (experiments/sft.py picks it)",
   )
-  skeleton.begin(config, workdir, "sft", export=export)  # the whole config is valid
+  rollout_cfg = dataclasses.replace(config.rollout, group_size=config.eval.group_size)
+  skeleton.begin(raw, workdir, "sft", export=export)  # the whole config is valid
   by_suite = len(suites.check_config(config.suite)) > 1
   pairs, habit_share = policy_demos(config)
   val_tasks = suites.held_out(config.data_dir, config.suite, "validation", config.eval.tasks)

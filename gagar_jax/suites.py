@@ -20,8 +20,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from gagar_jax.configlib import from_dict
-from gagar_jax.envs import expert, humaneval
+from gagar_jax.envs import humaneval
 from gagar_jax.envs import task as task_lib
 from gagar_jax.errors import ConfigError
 
@@ -67,15 +66,15 @@ def _minirepo_check(section, prefix):
 
 def minirepo_demos(config, split: str, section=None):
   """(prompt, [(action, observation)]) pairs of the MiniRepo expert on `split` (built if
-  missing), and the raw records; `section`: the MiniRepo suite (`config.suite.minirepo`),
-  `config.habits` the expert's habits."""
+  missing), and the raw records. `config`: the policy's typed SFT config
+  (`run_config.PolicySFTConfig`), whose `habits` the expert has; `section`: the MiniRepo
+  suite (default `config.suite["minirepo"]`)."""
   from gagar_jax.data import builders, pipeline  # (TFDS: imported when data is read)
 
-  section = config.suite.minirepo if section is None else section
-  habits = from_dict(expert.HabitConfig, config.habits, "habits")
+  section = config.suite["minirepo"] if section is None else section
   ds = pipeline.demos(
     config.data_dir,
-    builders.demos_config(builders.suite_from_config(section), habits, config.seed),
+    builders.demos_config(builders.suite_from_config(section), config.habits, config.seed),
     split,
     seed=config.seed,
     shuffle=False,

@@ -221,9 +221,9 @@ def test_non_finite_step_raises_and_keeps_last_state(mesh1):
 def test_sft_non_finite_step_keeps_the_last_finite_state(mesh1, nano_config):
   # SFT shares the learner's guarded update: a non-finite loss leaves the parameters and
   # the optimizer where they were (it used to apply the update, then raise).
-  from gagar_jax import sft
+  from gagar_jax import run_config, sft
 
-  cfg = sft.SFTConfig(batch_size=2, seq_len=16, steps=4, warmup_steps=0)
+  cfg = run_config.SFTConfig(batch_size=2, seq_len=16, steps=4, warmup_steps=0)
   trainer = sft.SFTTrainer(cfg, nano_config, mesh1)
   state = trainer.init(0)
   before = _params(state)
