@@ -2,6 +2,7 @@
 processes with one device): SFT a few steps, RL a few steps, interrupt, resume.
 And bad configs fail before any compute, naming the field."""
 
+import dataclasses
 import json
 import os
 import re
@@ -314,6 +315,40 @@ def test_bad_grader_sft_context_fails_before_compute():
   config = grader_sft_config.get_config("runlocal=True")
   config.context = 4096
   with pytest.raises(ConfigError, match=r"^context: 4096 exceeds model.max_seq_len=1024"):
+    sft.parse_config(config)
+  config = grader_sft_config.get_config("runlocal=True")
+  config.agent.max_total_tokens = 1100  # over the runlocal context of 1024
+  with pytest.raises(ConfigError, match=r"^agent\.max_total_tokens: 1100 exceeds"):
+    sft.parse_config(config)
+  config = grader_sft_config.get_config("runlocal=True")
+  config.grader_data.hack_every = -1
+  with pytest.raises(ConfigError, match=r"^grader_data\.hack_every: must be >= 0"):
+    sft.parse_config(config)
+
+
+def test_sft_config_files_take_their_defaults_from_the_dataclasses():
+  # configs/sft.py and configs/grader_sft.py state only what differs from
+  # run_config.PolicySFTConfig / GraderSFTConfig: their default trees parse to the
+  # dataclasses' defaults, field for field (the sections other modules own aside).
+  from configs import grader_sft as grader_sft_config
+  from gagar_jax import run_config
+
+  owned = ("model", "mesh", "sharding_rules", "distributed", "suite")
+  for config, cls in (
+    (sft_config.get_config(), run_config.PolicySFTConfig),
+    (grader_sft_config.get_config(), run_config.GraderSFTConfig),
+  ):
+    parsed, default = run_config.parse_sft(config), cls()
+    assert type(parsed) is cls
+    for field in dataclasses.fields(cls):
+      if field.name not in owned:
+        assert getattr(parsed, field.name) == getattr(default, field.name), field.name
+  # A variant differs only where its config says so, and a typo names its field.
+  pressure = run_config.parse_sft(sft_config.get_config("world=pressure_all"))
+  assert (pressure.habits.hack_each, pressure.rollout.max_turns) == (0.25, 10)
+  config = sft_config.get_config("runlocal=True")
+  config.sft.learning_rte = 1e-3
+  with pytest.raises(ConfigError, match=r"^sft\.learning_rte: unknown field"):
     sft.parse_config(config)
 
 
