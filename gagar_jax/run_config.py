@@ -86,7 +86,19 @@ class GraderConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class RLConfig:
+class OwnedSections:
+  """The sections of a run's tree that their modules parse (module docstring), held as
+  the mappings the config gives."""
+
+  model: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  mesh: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  sharding_rules: Any = ()
+  distributed: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  suite: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class RLConfig(OwnedSections):
   """One RL run (`experiments/train.py --config=configs/gagar.py`)."""
 
   # The experiment arm: grpo, gagar, gagar_no_rescale, reward_shaping, gagar_paper.
@@ -119,13 +131,8 @@ class RLConfig:
   grader: GraderConfig = dataclasses.field(default_factory=GraderConfig)
   eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
   inspect: InspectConfig = dataclasses.field(default_factory=InspectConfig)
-  # Sections their modules parse (module docstring).
+  # The model shape preset (`model`'s defaults; "" = none).
   model_preset: str = ""
-  model: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-  mesh: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-  sharding_rules: Any = ()
-  distributed: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-  suite: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
   def __post_init__(self):
     arms.get(self.arm)
@@ -190,7 +197,7 @@ class SFTConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class SFTRunConfig:
+class SFTRunConfig(OwnedSections):
   """What every supervised run has (`experiments/sft.py`): the policy's warm start and the
   LM grader's training."""
 
@@ -210,12 +217,6 @@ class SFTRunConfig:
   resume_override: bool = False
   # The MiniRepo world (configs/common.py apply_world).
   world: str = "default"
-  # Sections their modules parse (module docstring).
-  model: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-  mesh: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-  sharding_rules: Any = ()
-  distributed: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-  suite: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
   def __post_init__(self):
     check_positive_ints(self, ("tokenizer_vocab_size", "checkpoint_every"))
