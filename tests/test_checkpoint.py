@@ -83,33 +83,58 @@ def test_interval_and_retention(learner, tmp_path):
     Checkpointer(str(tmp_path / "empty"), learner.abstract_state, learner.state_shardings).restore()
 
 
-def test_crash_mid_save_never_restores_wrongly(learner, tmp_path):
-  # Kill a process that saves continuously at several random moments; each time the
-  # latest checkpoint must restore to exactly the state saved under that step.
-  directory = str(tmp_path / "churn")
-  rng = np.random.default_rng(0)
-  interrupted = 0
-  for _ in range(4):
-    proc = subprocess.Popen(
-      [sys.executable, WORKER, "churn", directory],
-      env=_env(),
-      stdout=subprocess.PIPE,
-      stderr=subprocess.DEVNULL,
-      text=True,
-    )
+TMP = ".orbax-checkpoint-tmp"
+
+
+def _kill_churning_worker(directory, *, wait_s=None, poll_until_s=20.0) -> None:
+  """Starts a worker that saves forever and SIGKILLs it: after `wait_s` seconds, or
+  (`wait_s=None`) the moment a save's temporary directory is seen, i.e. mid-save."""
+  proc = subprocess.Popen(
+    [sys.executable, WORKER, "churn", directory],
+    env=_env(),
+    stdout=subprocess.PIPE,
+    stderr=subprocess.DEVNULL,
+    text=True,
+  )
+  try:
     assert proc.stdout.readline().strip()  # wait until it is saving
-    time.sleep(float(rng.uniform(0.0, 0.5)))
+    if wait_s is not None:
+      time.sleep(wait_s)
+    else:
+      deadline = time.monotonic() + poll_until_s
+      while time.monotonic() < deadline and not any(TMP in n for n in os.listdir(directory)):
+        pass
+  finally:
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    interrupted += any("tmp" in name for name in os.listdir(directory))
+
+
+def test_crash_mid_save_never_restores_wrongly(learner, tmp_path):
+  # Kill a process that saves continuously, at random moments and then the moment a
+  # save is in flight; each time the latest checkpoint must restore to exactly the
+  # state saved under that step, and the half-written step must be ignored.
+  directory = str(tmp_path / "churn")
+  rng = np.random.default_rng(0)
+  # Four kills at random moments, then kills aimed at a save in flight until one
+  # leaves a half-written temporary directory behind (at most six tries).
+  plans = [float(rng.uniform(0.0, 0.5)) for _ in range(4)] + [None] * 6
+  interrupted = 0
+  for i, wait_s in enumerate(plans):
+    if i >= 4 and interrupted:
+      break
+    _kill_churning_worker(directory, wait_s=wait_s)
+    half_written = [n for n in os.listdir(directory) if TMP in n]
+    interrupted += bool(half_written)
     ckpt = Checkpointer(directory, learner.abstract_state, learner.state_shardings)
     step = ckpt.latest_step()
+    assert step is not None and all(str(step) != n.split(".")[0] for n in half_written)
     state, meta = ckpt.restore()
     assert meta == {"step": step}
     for leaf in jax.tree.leaves(state):
       np.testing.assert_array_equal(np.asarray(leaf), step)
     ckpt.close()
-  # At least one kill landed mid-save (a half-written temporary directory was left).
+  # A kill did land mid-save (a half-written temporary directory was left) and the
+  # restores above skipped it.
   assert interrupted >= 1
 
 

@@ -14,7 +14,7 @@ Atomicity comes from orbax's commit protocol: a step is written into a
 temporary directory and renamed into place only once complete, so a crash
 mid-save leaves at worst a temporary directory that `latest_step()` ignores and
 the next manager removes. `tests/test_checkpoint.py` kills a saving process at
-random moments to check exactly that.
+random moments, and the moment a save is in flight, to check exactly that.
 """
 
 from __future__ import annotations
