@@ -8,6 +8,7 @@ import time
 
 import jax
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 
 from gagar_jax import sharding
@@ -83,7 +84,7 @@ def test_interval_and_retention(learner, tmp_path):
     Checkpointer(str(tmp_path / "empty"), learner.abstract_state, learner.state_shardings).restore()
 
 
-TMP = ".orbax-checkpoint-tmp"
+TMP = ocp.utils.TMP_DIR_SUFFIX  # orbax names a step being written `<step><TMP>`
 
 
 def _kill_churning_worker(directory, *, wait_s=None, poll_until_s=20.0) -> None:
